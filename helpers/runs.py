@@ -18,17 +18,12 @@ import json
 import os
 import platform
 import time
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from .config import Profile, runs_root
+from .versions import installed_versions
 
-#: Packages whose versions every run records.
-TRACKED_PACKAGES = [
-    "torch", "transformers", "trl", "peft", "datasets", "accelerate",
-    "bitsandbytes", "math-verify", "unsloth", "unsloth_zoo", "vllm", "grpo-course",
-]
 
 
 def run_dir(profile_name: str | None = None, create: bool = True) -> Path:
@@ -45,22 +40,6 @@ def run_dir(profile_name: str | None = None, create: bool = True) -> Path:
     if create:
         path.mkdir(parents=True, exist_ok=True)
     return path
-
-
-def installed_versions(packages: list[str] | None = None) -> dict[str, str | None]:
-    """Installed version of each package (None when missing).
-
-    Example:
-        >>> installed_versions(["pip"])["pip"] is not None
-        True
-    """
-    out: dict[str, str | None] = {}
-    for name in packages or TRACKED_PACKAGES:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = None
-    return out
 
 
 def write_json(path: Path, data: Any) -> Path:

@@ -1,0 +1,71 @@
+# One-command entry points. The README and .ci/run use these exact targets.
+#   make setup   create .venv, install the CPU stack + helpers (editable), build the bundled model
+#   make course  run every notebook headless on the detected profile; writes runs/<time>-<profile>/
+#   make test    unit tests, every notebook under nbval on cpu-smoke, and the GPU contract tests
+#   make lab     open JupyterLab on the course
+#   make bench   run the benchmarks (each prints one JSON object)
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+CONTRACT_VENV := .cache/contract-venv
+CONTRACT_PY := $(CONTRACT_VENV)/bin/python
+CONTRACT_STAMP := $(CONTRACT_VENV)/.installed
+PIP_FLAGS := --disable-pip-version-check --quiet
+
+.PHONY: setup course test unit lab bench contract-env gpu-pins clean help
+.DEFAULT_GOAL := help
+
+help:
+	@sed -n '2,7p' Makefile
+
+setup: $(STAMP)
+	@$(PY) -m helpers.models --build >/dev/null && echo "setup: ready (bundled model in $$($(PY) -m helpers.models))"
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || { echo "setup: creating $(VENV) with $$($(PYTHON) --version)"; $(PYTHON) -m venv $(VENV); }
+	@echo "setup: installing the CPU stack and helpers (a few minutes the first time)"
+	$(PY) -m pip install $(PIP_FLAGS) --upgrade pip
+	$(PY) -m pip install $(PIP_FLAGS) -e ".[cpu,dev]"
+	@touch $@
+
+course: setup
+	$(PY) -m helpers.course run
+
+test: setup contract-env
+	COURSE_PROFILE=cpu-smoke COURSE_CONTRACT_PYTHON=$(abspath $(CONTRACT_PY)) \
+	HF_HUB_OFFLINE=1 MPLBACKEND=Agg \
+	$(PY) -m pytest tests notebooks -p no:cacheprovider \
+	  --nbval-lax --current-env --nbval-cell-timeout=900
+
+# The unit tests alone (no notebooks, no contract environment needed for most).
+unit: setup
+	COURSE_PROFILE=cpu-smoke HF_HUB_OFFLINE=1 MPLBACKEND=Agg $(PY) -m pytest tests -p no:cacheprovider -m "not contract"
+
+# A second environment for the contract tests: the CPU stack of .venv plus Unsloth,
+# installed without its GPU dependencies, so `import unsloth` works with UNSLOTH_ALLOW_CPU=1.
+contract-env: $(CONTRACT_STAMP)
+
+$(CONTRACT_STAMP): pyproject.toml $(STAMP)
+	@echo "contract-env: Unsloth for signature checks in $(CONTRACT_VENV)"
+	@rm -rf $(CONTRACT_VENV)
+	"$$($(PY) -c 'import sys, os; print(os.path.join(sys.base_prefix, "bin", "python3"))')" -m venv $(CONTRACT_VENV)
+	$(PY) -c "import sysconfig; print('import site; site.addsitedir(%r)' % sysconfig.get_paths()['purelib'])" > \
+	  "$$($(CONTRACT_PY) -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/course-venv.pth"
+	$(CONTRACT_PY) -m pip install $(PIP_FLAGS) --no-deps $$($(PY) tools/pins.py contract)
+	@touch $@
+
+lab: setup
+	$(VENV)/bin/jupyter lab notebooks
+
+bench: setup
+	@for b in bench/*.py; do echo "== $$b" >&2; HF_HUB_OFFLINE=1 MPLBACKEND=Agg $(PY) $$b || exit 1; done
+
+# Ask pip whether the pinned GPU stack still resolves for Colab (Python 3.12, Linux x86_64),
+# without installing anything (~3 minutes, needs PyPI).
+gpu-pins: setup
+	$(PY) tools/check_gpu_pins.py
+
+clean:
+	rm -rf $(VENV) .cache runs

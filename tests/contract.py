@@ -1,0 +1,51 @@
+"""Shared code of the contract tests: run the probe in the contract environment."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+PROBE = Path(__file__).with_name("contract_probe.py")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def contract_python() -> str:
+    """The python of the environment where Unsloth is installed (see `make contract-env`)."""
+    env = os.environ.get("COURSE_CONTRACT_PYTHON", "").strip()
+    if env:
+        return env
+    default = ROOT / ".cache" / "contract-venv" / "bin" / "python"
+    if default.exists():
+        return str(default)
+    raise RuntimeError(
+        "No contract environment: run `make contract-env` (or `make test`), or set "
+        "COURSE_CONTRACT_PYTHON to a python that has Unsloth installed."
+    )
+
+
+@functools.lru_cache(maxsize=None)
+def signatures(*targets: str) -> dict:
+    """``{target: {"params": [...], "var_kw": bool}}`` from the real installed packages."""
+    env = dict(os.environ, UNSLOTH_ALLOW_CPU="1", PYTHONWARNINGS="ignore")
+    proc = subprocess.run(
+        [contract_python(), str(PROBE), *targets],
+        capture_output=True, text=True, env=env, timeout=600,
+    )
+    line = next((l for l in proc.stdout.splitlines() if l.startswith("CONTRACT-JSON ")), None)
+    if proc.returncode != 0 or line is None:
+        raise RuntimeError(f"contract probe failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    return json.loads(line[len("CONTRACT-JSON "):])
+
+
+def assert_accepts(target: str, kwargs: dict, info: dict) -> None:
+    """Every keyword must be a named parameter (not swallowed by ``**kwargs``)."""
+    params = set(info["targets"][target]["params"])
+    unknown = sorted(set(kwargs) - params)
+    assert not unknown, (
+        f"{target} (unsloth {info['versions']['unsloth']}, trl {info['versions']['trl']}) "
+        f"has no parameter(s) {unknown}; they would be ignored or raise on a GPU."
+    )
