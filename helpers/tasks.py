@@ -1,0 +1,212 @@
+"""The synthetic ``arithmetic`` task: problems generated offline from a seed.
+
+Each difficulty level is one entry of :data:`LEVELS`, a plain dict, so adding a
+level is one line::
+
+    LEVELS["add2-wide"] = Level("two-number sums, 10..99", 10, 99)
+
+A level draws ``n_operands`` integers in ``[low, high]``, joins them with
+operators from ``operators`` (or uses a word template's own formula) and
+evaluates left to right. Results never go negative, at any step.
+
+Every row has ``question``, ``answer`` (a number string), ``level`` and
+``solution`` (the worked steps, e.g. ``"23 + 45 = 68"``), which the SFT
+warm-up turns into format examples.
+
+Example:
+    >>> from helpers.tasks import generate_arithmetic
+    >>> row = generate_arithmetic(1, "add2", seed=0)[0]
+    >>> sorted(row)
+    ['answer', 'level', 'question', 'solution']
+    >>> int(row["answer"]) == sum(int(x) for x in row["solution"].split(" = ")[0].split(" + "))
+    True
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any
+
+OPERATORS = ("+", "-", "*")
+
+
+@dataclass(frozen=True)
+class Template:
+    """A question text and, for word problems, its formula over ``a``, ``b``, ``c``.
+
+    ``text`` may use ``{expr}`` (the arithmetic expression), ``{a}``..``{c}``
+    (the operands), ``{name}`` and ``{item}``. ``formula`` is ``None`` for plain
+    expressions (the level's operators are drawn at random) or a string such as
+    ``"a + b - c"``, evaluated left to right.
+
+    Example:
+        >>> Template("{name} has {a} {item} and finds {b} more. How many now?", "a + b").n_operands
+        2
+    """
+
+    text: str
+    formula: str | None = None
+
+    @property
+    def n_operands(self) -> int | None:
+        return None if self.formula is None else len(self.formula.split()[::2])
+
+
+@dataclass(frozen=True)
+class Level:
+    """One difficulty level of the arithmetic task.
+
+    Example:
+        >>> Level("single-digit sums", 0, 9).operators
+        ('+',)
+    """
+
+    description: str
+    low: int
+    high: int
+    n_operands: int = 2
+    operators: tuple[str, ...] = ("+",)
+    templates: tuple[Template, ...] = (Template("What is {expr}?"),)
+
+
+NAMES = ("Ava", "Ben", "Chloe", "Dev", "Emma", "Finn", "Grace", "Hugo", "Isla", "Jonah",
+         "Kira", "Leo", "Maya", "Noah", "Omar", "Priya", "Ravi", "Sara", "Tom", "Zoe")
+ITEMS = ("apples", "marbles", "stickers", "books", "pencils", "coins", "cookies", "stamps",
+         "shells", "cards")
+
+WORD_ONE_STEP = (
+    Template("{name} has {a} {item}. {name} buys {b} more. How many {item} does {name} have now?",
+             "a + b"),
+    Template("There are {a} {item} in a box and {b} {item} in a bag. How many {item} are there "
+             "in total?", "a + b"),
+    Template("{name} collected {a} {item} on Monday and {b} on Tuesday. How many {item} did "
+             "{name} collect in all?", "a + b"),
+    Template("{name} had {a} {item} and gave {b} of them to a friend. How many {item} does "
+             "{name} have left?", "a - b"),
+    Template("A shelf holds {a} {item}. {name} takes {b} of them away. How many {item} are "
+             "still on the shelf?", "a - b"),
+)
+
+WORD_TWO_STEP = (
+    Template("{name} has {a} {item}, buys {b} more and then gives {c} away. How many {item} "
+             "does {name} have now?", "a + b - c"),
+    Template("{name} picked {a} {item} in the morning, {b} at noon and {c} in the evening. How "
+             "many {item} did {name} pick altogether?", "a + b + c"),
+    Template("A box holds {a} {item}. {name} takes out {b} and then puts {c} back. How many "
+             "{item} are in the box now?", "a - b + c"),
+    Template("{name} had {a} {item}, gave {b} to a friend and {c} to a cousin. How many {item} "
+             "does {name} have left?", "a - b - c"),
+)
+
+#: The registry of difficulty levels, easiest first. Add a level with one line.
+LEVELS: dict[str, Level] = {
+    "add1": Level("single-digit sums, 0..9 (format-only warm-up)", 0, 9),
+    "add2-small": Level("two-number sums, 1..20", 1, 20),
+    "add2": Level("two-number sums, 10..60", 10, 60),
+    "add3": Level("three-number sums, 1..30", 1, 30, n_operands=3),
+    "sub": Level("two-number differences, 10..99, never negative", 10, 99, operators=("-",)),
+    "mixed": Level("three numbers with + and -, 1..50, never negative", 1, 50, n_operands=3,
+                   operators=("+", "-")),
+    "mul1": Level("single-digit products, 2..9", 2, 9, operators=("*",)),
+    "word1": Level("one-step word problems, 2..30", 2, 30, templates=WORD_ONE_STEP),
+    "word": Level("one- and two-step word problems, 2..30", 2, 30,
+                  templates=WORD_ONE_STEP + WORD_TWO_STEP),
+}
+
+
+def get_level(level: str | Level) -> Level:
+    """The :class:`Level` for a name (or the level itself); unknown names list the valid ones.
+
+    Example:
+        >>> get_level("add3").n_operands
+        3
+    """
+    if isinstance(level, Level):
+        return level
+    if level not in LEVELS:
+        raise ValueError(
+            f"Unknown arithmetic level {level!r}. Valid levels: {', '.join(LEVELS)}. "
+            "Add your own with helpers.tasks.LEVELS['name'] = Level(...)."
+        )
+    return LEVELS[level]
+
+
+def _apply(x: int, op: str, y: int) -> int:
+    if op == "+":
+        return x + y
+    if op == "-":
+        return x - y
+    if op == "*":
+        return x * y
+    raise ValueError(f"Unknown operator {op!r}; use one of {OPERATORS}.")
+
+
+def _one_problem(rng: random.Random, level: Level) -> dict[str, str] | None:
+    """One problem, or None when a step went negative (the caller draws again)."""
+    template = rng.choice(level.templates)
+    if template.formula is None:
+        n = level.n_operands
+        ops = [rng.choice(level.operators) for _ in range(n - 1)]
+    else:
+        tokens = template.formula.split()
+        n, ops = len(tokens[::2]), tokens[1::2]
+    nums = [rng.randint(level.low, level.high) for _ in range(n)]
+    steps, value = [], nums[0]
+    for op, y in zip(ops, nums[1:]):
+        new = _apply(value, op, y)
+        if new < 0:
+            return None
+        steps.append(f"{value} {op} {y} = {new}")
+        value = new
+    expr = " ".join([str(nums[0])] + [f"{op} {y}" for op, y in zip(ops, nums[1:])])
+    fields: dict[str, Any] = dict(zip("abcdefgh", nums))
+    fields.update(expr=expr, name=rng.choice(NAMES), item=rng.choice(ITEMS))
+    return {"question": template.text.format(**fields), "answer": str(value),
+            "solution": "\n".join(steps)}
+
+
+def generate_arithmetic(n: int, level: str | Level = "add2", seed: int = 0) -> list[dict[str, str]]:
+    """``n`` distinct problems of one level, the same for the same ``(level, seed)``.
+
+    Raises ``ValueError`` when the level has fewer than ``n`` distinct problems.
+
+    Example:
+        >>> [r["question"] for r in generate_arithmetic(2, "add1", seed=1)]
+        ['What is 3 + 6?', 'What is 3 + 2?']
+    """
+    spec = get_level(level)
+    name = level if isinstance(level, str) else "custom"
+    rng = random.Random(f"arithmetic:{name}:{seed}")
+    rows: list[dict[str, str]] = []
+    seen: set[str] = set()
+    attempts, limit = 0, 50 * n + 1000
+    while len(rows) < n:
+        attempts += 1
+        if attempts > limit:
+            raise ValueError(
+                f"Level {name!r} ({spec.description}) gave only {len(rows)} distinct problems "
+                f"in {limit} draws, fewer than the {n} asked for. Ask for fewer rows or use a "
+                "level with wider operand ranges."
+            )
+        row = _one_problem(rng, spec)
+        if row is None or row["question"] in seen:
+            continue
+        seen.add(row["question"])
+        row["level"] = name
+        rows.append(row)
+    return rows
+
+
+def level_table() -> list[dict[str, Any]]:
+    """One row per level (name, description, an example question) for display.
+
+    Example:
+        >>> level_table()[0]["level"]
+        'add1'
+    """
+    return [
+        {"level": name, "description": lvl.description,
+         "example": generate_arithmetic(1, name, seed=0)[0]["question"]}
+        for name, lvl in LEVELS.items()
+    ]
