@@ -33,7 +33,7 @@ import unicodedata
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 from .prompts import ANSWER_END, ANSWER_START, REASONING_END, REASONING_START, SYSTEM_PROMPT
 
@@ -495,10 +495,11 @@ def validate(
             raw = row.get("answer")
             value = clean_answer(raw)
             if value is None:
-                hint = " (a GSM8K solution needs a final '#### <number>' line)" if raw else ""
+                what = "has no '####' final answer" if raw else "is missing"
                 report.problems.append(Problem(
-                    i, "answer", "missing_answer", f"the answer is missing{hint}",
-                    "write the final answer, e.g. 42"))
+                    i, "answer", "missing_answer", f"the answer {what}",
+                    "write the final answer, e.g. 42 (a GSM8K-style solution ends with a line "
+                    "'#### 42')"))
             elif numeric_answer and normalize_number(value) is None:
                 report.problems.append(Problem(
                     i, "answer", "not_a_number", f"{str(raw)[:40]!r} is not a number",
@@ -529,7 +530,9 @@ def dedupe(rows: Rows) -> tuple[Any, list[int]]:
         else:
             seen.add(key)
             kept.append(r)
-    return _to_dataset(kept, _columns(rows)) if isinstance(rows, Dataset) else kept, removed
+    if isinstance(rows, Dataset):
+        return _to_dataset(kept, _columns(rows)), removed
+    return kept, removed
 
 
 def _to_dataset(records: list[dict[str, Any]], columns: Sequence[str] = ()) -> Any:
@@ -1056,8 +1059,3 @@ def ensure_prepared(
         c = card["counts"]
         print(f"Prepared {source.get('task')} into {path}: {c['train']} train, {c['eval']} eval.")
     return load_prepared(path)
-
-
-def iter_questions(splits: Any, split: str = "eval") -> Iterable[str]:
-    """The raw questions of one split (handy for fixed evaluation prompts)."""
-    return list(splits[split]["question"])
