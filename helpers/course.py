@@ -104,7 +104,7 @@ def execute_notebook(path: Path, out_path: Path, env: dict[str, str], timeout: i
 
 
 def run_course(profile_name: str | None = None, only: list[str] | None = None,
-               run: Path | None = None, echo: bool = True) -> Path:
+               run: Path | None = None, echo: bool = True, folder: Path | None = None) -> Path:
     """Execute the course notebooks in order into one run folder; return the folder."""
     if profile_name is None:
         profile_name, reason = detect_profile()
@@ -118,7 +118,7 @@ def run_course(profile_name: str | None = None, only: list[str] | None = None,
     if profile.backend == "transformers":
         # CPU profiles use the bundled model and offline data: prove it by going offline.
         env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
-    books = [p for p in course_notebooks() if not only or any(p.stem.startswith(o) for o in only)]
+    books = [p for p in course_notebooks(folder) if not only or any(p.stem.startswith(o) for o in only)]
     print(f"course: profile {profile.name} ({reason}); model {profile.model}; run folder {run}")
     timings: dict[str, float] = {}
     status, error = "ok", None
