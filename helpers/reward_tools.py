@@ -28,7 +28,7 @@ from .rewards import RewardFunc, completion_text
 
 __all__ = [
     "RewardCase", "check_cases", "assert_cases", "reward_name", "normalize_rewards",
-    "score_table", "GroupAdvantages", "group_advantages",
+    "score_table", "GroupAdvantages", "group_advantages", "nanstd",
 ]
 
 
@@ -269,6 +269,28 @@ def score_table(
 # --------------------------------------------------------------------------- advantages
 
 
+def nanstd(tensor: Any, dim: int | None = None) -> Any:
+    """Bessel-corrected std ignoring NaNs; the formula of ``trl.trainer.utils.nanstd``.
+
+    Kept here because importing ``trl.trainer`` pulls in all of transformers
+    (~15 s); ``tests/test_reward_tools.py`` checks both agree.
+
+    Example:
+        >>> import torch
+        >>> round(nanstd(torch.tensor([1.0, float("nan"), 3.0])).item(), 4)
+        1.4142
+    """
+    import torch
+
+    mean = torch.nanmean(tensor, dim=dim, keepdim=True)
+    variance = torch.nanmean((tensor - mean) ** 2, dim=dim, keepdim=True)
+    count = torch.sum(~torch.isnan(tensor), dim=dim, keepdim=True)
+    correction = count / (count - 1)
+    correction = torch.where(count > 1, correction, torch.full_like(correction, float("nan")))
+    std = torch.sqrt(variance * correction)
+    return std.squeeze(dim) if dim is not None else std.squeeze()
+
+
 @dataclass
 class GroupAdvantages:
     """What :func:`group_advantages` returns: per-completion lists (``rewards``,
@@ -319,7 +341,7 @@ def group_advantages(
     - ``"batch"``: (r - group mean) / (std of the whole batch + 1e-4);
     - ``"none"``: r - group mean (Dr. GRPO: no std scaling).
 
-    The std is Bessel-corrected (TRL's ``nanstd``); ``frac_zero_std`` is the
+    The std is Bessel-corrected (:func:`nanstd`, TRL's formula); ``frac_zero_std`` is the
     fraction of completions in groups whose std is 0: their advantages are all
     0, so they contribute no gradient.
 
@@ -329,7 +351,6 @@ def group_advantages(
         ([1.5, -0.5, -0.5, -0.5], [0.0, 0.0, 0.0, 0.0], 0.5)
     """
     import torch
-    from trl.trainer.utils import nanstd
 
     if scale not in ("group", "batch", "none"):
         raise ValueError(f"scale must be 'group', 'batch' or 'none' (TRL's scale_rewards), got {scale!r}.")

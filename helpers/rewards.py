@@ -567,7 +567,8 @@ def _worker_main(conn: Any) -> None:  # runs in the child process
             return
         if job is None:
             return
-        if job == "ping":
+        if job == "ping":  # warm up (imports) before the parent starts timing jobs
+            _math_verify_equal("1/2", "\\frac{1}{2}")
             conn.send(("ok", None))
             continue
         try:
@@ -680,6 +681,7 @@ class get_math_verify_reward(make_reward):
         self.correct = correct
         self.stats = {"calls": 0, "timeouts": 0, "too_long": 0, "dangerous": 0, "gold_unparsed": 0}
         self.worker = TimeLimitedWorker()
+        self._warm = False
         super().__init__(self._score, name)
 
     def _score(self, text: str, answer: Any = None, **_: Any) -> float | None:
@@ -698,6 +700,11 @@ class get_math_verify_reward(make_reward):
             self.stats["dangerous"] += 1
             pred_text = ""
         if threading.current_thread() is threading.main_thread():
+            if not self._warm:
+                # Import and warm math-verify's parsers *outside* the time limit: a timer that
+                # fires in the middle of an import leaves the module half-initialised.
+                _math_verify_equal("1/2", "\\frac{1}{2}")
+                self._warm = True
             finished, same = run_with_time_limit(
                 lambda: _math_verify_equal(gold_text, pred_text), self.time_limit
             )
