@@ -682,6 +682,7 @@ class get_math_verify_reward(make_reward):
         self.stats = {"calls": 0, "timeouts": 0, "too_long": 0, "dangerous": 0, "gold_unparsed": 0}
         self.worker = TimeLimitedWorker()
         self._warm = False
+        self._gold_ok: dict[str, bool] = {}  # gold text -> parses (learned from finished checks)
         super().__init__(self._score, name)
 
     def _score(self, text: str, answer: Any = None, **_: Any) -> float | None:
@@ -699,6 +700,11 @@ class get_math_verify_reward(make_reward):
         elif _DANGEROUS.search(pred_text):
             self.stats["dangerous"] += 1
             pred_text = ""
+        known = self._gold_ok.get(gold_text)
+        if not pred_text and known is not None:  # nothing to compare: no parse, no worker call
+            if not known:
+                self.stats["gold_unparsed"] += 1
+            return 0.0 if known else None
         if threading.current_thread() is threading.main_thread():
             if not self._warm:
                 # Import and warm math-verify's parsers *outside* the time limit: a timer that
@@ -713,6 +719,8 @@ class get_math_verify_reward(make_reward):
         if not finished:
             self.stats["timeouts"] += 1
             return 0.0
+        if len(self._gold_ok) < 10_000:
+            self._gold_ok[gold_text] = same is not None
         if same is None:
             self.stats["gold_unparsed"] += 1
             return None
