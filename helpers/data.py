@@ -31,7 +31,6 @@ import tempfile
 import time
 import unicodedata
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -68,39 +67,23 @@ class GSM8KUnavailableError(DataError):
 # ---------------------------------------------------------------- answers
 
 
-_NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)")
-_GROUPED = re.compile(r"[-+]?\d{1,3}(?:,\d{3})+(?:\.\d*)?")
-
-
 def normalize_number(text: Any) -> str | None:
     """The canonical string of a single number, or ``None`` when ``text`` is not one.
 
-    Drops ``$``, ``%``, thousands commas, spaces and a trailing period, and
-    trailing zeros after a decimal point (the same rules as the rewards).
+    The rewards' rule (:func:`helpers.rewards.normalize_number`), so gold answers
+    and the model's answers are normalised the same way: drops ``$``, ``%``,
+    thousands commas, spaces and a trailing period, and trailing zeros after a
+    decimal point.
 
     Example:
         >>> [normalize_number(x) for x in ["1,234", "$18", "-5", "18.00", "3.50", "12.", "ten"]]
         ['1234', '18', '-5', '18', '3.5', '12', None]
     """
-    if text is None or isinstance(text, bool):
+    from .rewards import normalize_number as rewards_normalize_number
+
+    if isinstance(text, bool):
         return None
-    s = str(text).strip().replace("\u2212", "-")
-    s = re.sub(r"[\s$%\u00a0\u202f]", "", s)
-    if s.endswith(".") and not s.endswith(".."):
-        s = s[:-1]
-    if "," in s:
-        if not _GROUPED.fullmatch(s):
-            return None
-        s = s.replace(",", "")
-    if not _NUMBER.fullmatch(s):
-        return None
-    try:
-        value = Decimal(s)
-    except InvalidOperation:  # pragma: no cover - the regex admits only valid numbers
-        return None
-    if value == value.to_integral_value():
-        return str(int(value))
-    return format(value.normalize(), "f")
+    return rewards_normalize_number(text)
 
 
 def extract_hash_answer(text: str | None) -> str | None:
@@ -973,7 +956,7 @@ def prepare_dataset(
         "seed": seed,
         "counts": counts,
         "filters": {"max_prompt_tokens": max_prompt_tokens,
-                    "tokenizer": getattr(tokenizer, "name_or_path", type(tokenizer).__name__),
+                    "tokenizer": _tokenizer_name(tokenizer),
                     "dedupe": "normalize_question (case, spacing, end punctuation)",
                     "invalid_rows": "raise" if strict else "drop"},
         "token_lengths": length_stats(lengths),
@@ -985,6 +968,11 @@ def prepare_dataset(
         "seconds": round(time.perf_counter() - t0, 3),
     }
     return splits, card
+
+
+def _tokenizer_name(tokenizer: Any) -> str:
+    name = str(getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__)
+    return Path(name).name if os.path.isdir(name) else name
 
 
 def dataset_spec(profile: Any) -> dict[str, Any]:

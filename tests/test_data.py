@@ -35,7 +35,7 @@ def tok():
     ("12.", "12"), ("50%", "50"), (" 7 ", "7"), ("+7", "7"), ("-0", "0"), (".5", "0.5"),
     ("\u22123", "-3"), ("1,234,567.50", "1234567.5"), (42, "42"),
     ("ten", None), ("", None), (None, None), ("1,2", None), ("12,34", None), ("1e3", None),
-    ("3/4", None), ("5 apples", None), ("1.2.3", None), (True, None), ("..", None),
+    ("3/4", None), ("5 apples", None), ("1.2.3", None), (True, None), ("..", None), ("1 2", None),
 ])
 def test_normalize_number(text, expected):
     assert D.normalize_number(text) == expected
