@@ -44,10 +44,6 @@ class DiskSpaceError(OSError):
     """Not enough free disk for a save; the message says how much is needed."""
 
 
-def _folder_bytes(path: Path) -> int:
-    return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
-
-
 def estimate_merged_bytes(profile: Any, dtype: str | None = None) -> int:
     """Bytes a merged model of ``profile``'s model takes on disk (weights + 5% margin).
 
@@ -148,6 +144,29 @@ def unsloth_gguf_kwargs(tokenizer: Any, quantization_method: str = "q4_k_m") -> 
 def unsloth_push_kwargs(tokenizer: Any, token: str, private: bool = True) -> dict[str, Any]:
     """Keywords for Unsloth's ``model.push_to_hub_merged`` (checked by contract tests)."""
     return dict(tokenizer=tokenizer, save_method="merged_16bit", token=token, private=private)
+
+
+def vllm_llm_kwargs(profile: Any, model_dir: str | Path, enable_lora: bool = False) -> dict[str, Any]:
+    """Keywords for ``vllm.LLM(...)`` serving a merged folder (checked by contract tests).
+
+    ``dtype="half"`` because a T4 has no bf16; the memory share and context come
+    from the profile.
+
+    Example:
+        >>> from helpers.config import get_profile
+        >>> vllm_llm_kwargs(get_profile("colab-t4"), "runs/x/merged")["max_model_len"]
+        1024
+    """
+    kwargs: dict[str, Any] = dict(
+        model=str(model_dir),
+        dtype="half",
+        max_model_len=profile.max_seq_length,
+        gpu_memory_utilization=profile.gpu_memory_utilization,
+        seed=profile.seed,
+    )
+    if enable_lora:
+        kwargs.update(enable_lora=True, max_lora_rank=profile.lora_rank)
+    return kwargs
 
 
 def merge_adapter(
