@@ -153,6 +153,19 @@ class Profile:
     seed: int = 3407
     #: Minutes each notebook takes on this profile, measured (see bench/).
     minutes: dict[str, float] = field(default_factory=dict)
+    # --- GRPO recipe (helpers.training; notebook 03 explains each) ---
+    #: Text prefilled as the start of the assistant turn ("" for none); TRL continues it.
+    prefill: str = "<reasoning>\n"
+    #: Reward preset of helpers.rewards.get_preset.
+    reward_preset: str = "arithmetic"
+    beta: float = 0.0
+    loss_type: str = "dapo"
+    scale_rewards: str = "group"
+    temperature: float = 1.0
+    num_iterations: int = 1
+    #: Format-only SFT warm-up (helpers.warmup): epochs and learning rate.
+    warmup_epochs: int = 3
+    warmup_learning_rate: float = 1e-3
 
     def with_overrides(self, **overrides: object) -> "Profile":
         """A copy with some fields changed; unknown names are an error."""
