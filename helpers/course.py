@@ -172,7 +172,7 @@ def _read(path: Path) -> Any:
 
 
 BADGE = re.compile(r"https://colab\.research\.google\.com/github/[^/\s)]+/[^/\s)]+/blob/[^/\s)]+/notebooks/")
-INSTALL = re.compile(r"git\+https://github\.com/[^/\s\"@]+/[^/\s\"@]+@[^\s\"]+")
+INSTALL = re.compile(r"git\+https://github\.com/[^/\s\"@]+/[^/\s\"@]+@[^\s\"\\]+")
 
 
 def colab_prefix() -> str:
