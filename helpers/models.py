@@ -130,6 +130,7 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
     plain.load_state_dict(loaded.state_dict())
     plain.generation_config = loaded.generation_config
     plain.save_pretrained(str(out))
+    tok.clean_up_tokenization_spaces = False  # a BPE tokenizer: cleanup would strip spaces
     tok.save_pretrained(str(out))
 
 
