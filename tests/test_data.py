@@ -534,3 +534,31 @@ def test_ensure_prepared_gsm8k_offline_says_what_to_do(tmp_path, tok, monkeypatc
 def test_unknown_task_is_an_error(tmp_path, tok):
     with pytest.raises(D.DataError, match="'arithmetic' or 'gsm8k'"):
         D.ensure_prepared(get_profile("cpu-smoke").with_overrides(task="poetry"), tmp_path, tokenizer=tok)
+
+
+def test_data_file_on_a_bare_install_fetches_once_or_says_what_to_do(tmp_path, monkeypatch):
+    import io
+    import urllib.request
+
+    import helpers.config
+
+    monkeypatch.setattr(helpers.config, "project_root", lambda: None)
+    monkeypatch.setenv("COURSE_CACHE", str(tmp_path))
+    urls = []
+
+    def fake_urlopen(url, timeout=None):
+        urls.append(url)
+        return io.BytesIO(b"question,answer\n")
+
+    monkeypatch.setattr(urllib.request, "urlopen", fake_urlopen)
+    path = D.data_file("custom_example.csv")
+    assert path == tmp_path / "data" / "custom_example.csv" and path.read_text() == "question,answer\n"
+    assert urls == ["https://raw.githubusercontent.com/grpo-course/grpo-course/main/data/custom_example.csv"]
+    assert D.data_file("custom_example.csv") == path and len(urls) == 1  # cached
+
+    def offline(url, timeout=None):
+        raise OSError("no network")
+
+    monkeypatch.setattr(urllib.request, "urlopen", offline)
+    with pytest.raises(FileNotFoundError, match="pip install -e"):
+        D.data_file("gsm8k_sample/train.jsonl")
