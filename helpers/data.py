@@ -660,7 +660,9 @@ def count_prompt_tokens(prompts: Sequence[Any], tokenizer: Any) -> list[int]:
     texts = [render(tokenizer, p) for p in prompts]
     if not texts:
         return []
-    ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    # A multimodal processor (e.g. Gemma 3 through Unsloth) wraps the text tokenizer.
+    text_tokenizer = getattr(tokenizer, "tokenizer", tokenizer)
+    ids = text_tokenizer(texts, add_special_tokens=False)["input_ids"]
     return [len(x) for x in ids]
 
 

@@ -562,3 +562,20 @@ def test_data_file_on_a_bare_install_fetches_once_or_says_what_to_do(tmp_path, m
     monkeypatch.setattr(urllib.request, "urlopen", offline)
     with pytest.raises(FileNotFoundError, match="pip install -e"):
         D.data_file("gsm8k_sample/train.jsonl")
+
+
+def test_count_prompt_tokens_uses_the_text_tokenizer_of_a_processor(tok):
+    class Processor:
+        """Like a multimodal processor: renders chats, but its first argument is images."""
+
+        def __init__(self, tokenizer):
+            self.tokenizer = tokenizer
+
+        def apply_chat_template(self, *args, **kwargs):
+            return self.tokenizer.apply_chat_template(*args, **kwargs)
+
+        def __call__(self, images=None, text=None, **kwargs):
+            raise AssertionError("a processor must not be called with texts as images")
+
+    prompts = [D.build_prompt("What is 2 + 3?")]
+    assert D.count_prompt_tokens(prompts, Processor(tok)) == D.count_prompt_tokens(prompts, tok)
