@@ -4,7 +4,8 @@
     python tools/clean_notebooks.py --execute notebooks/02_*.ipynb
 
 Every cell loses its outputs and execution count, except cells whose first line
-is ``# NBVAL_CHECK_OUTPUT``: nbval compares those, so their outputs are kept.
+is ``# NBVAL_CHECK_OUTPUT``: nbval compares those, so their outputs (and the
+execution count nbval insists on) are kept.
 With ``--execute`` the notebook is first run on ``cpu-smoke`` in a temporary run
 folder, so the kept outputs are exactly what nbval will produce.
 """
@@ -32,12 +33,8 @@ def clean(nb) -> None:
             cell.pop("outputs", None)
             cell.pop("execution_count", None)
             continue
-        cell.execution_count = None
-        if is_checked(cell):
-            for out in cell.outputs:
-                if "execution_count" in out:
-                    out["execution_count"] = None
-        else:
+        if not is_checked(cell):  # nbval refuses a checked cell without a count
+            cell.execution_count = None
             cell.outputs = []
         cell.metadata.pop("execution", None)
 
