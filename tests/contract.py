@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 PROBE = Path(__file__).with_name("contract_probe.py")
@@ -34,6 +35,7 @@ def signatures(*targets: str) -> dict:
     proc = subprocess.run(
         [contract_python(), str(PROBE), *targets],
         capture_output=True, text=True, env=env, timeout=600,
+        cwd=tempfile.mkdtemp(prefix="contract-"),  # Unsloth writes unsloth_compiled_cache/ here
     )
     line = next((l for l in proc.stdout.splitlines() if l.startswith("CONTRACT-JSON ")), None)
     if proc.returncode != 0 or line is None:
