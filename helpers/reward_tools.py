@@ -24,11 +24,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
-from .rewards import RewardFunc, completion_text
+from .rewards import RewardFunc, completion_text, correctness_reward, get_preset  # noqa: F401 (doc examples)
 
 __all__ = [
     "RewardCase", "check_cases", "assert_cases", "reward_name", "normalize_rewards",
-    "score_table", "GroupAdvantages", "group_advantages", "nanstd",
+    "score_table", "GroupAdvantages", "group_advantages", "nanstd", "plot_reward_distributions",
+    "reward_playground",
 ]
 
 
@@ -407,3 +408,86 @@ def group_advantages(
         scale=scale,
     )
     return out
+
+
+# --------------------------------------------------------------------------- plots and playground
+
+
+def plot_reward_distributions(table: Any, columns: Sequence[str] | None = None, ax: Any = None,
+                              title: str | None = None) -> Any:
+    """One histogram per reward column of a :func:`score_table` (``None`` scores left out, counted).
+
+    Returns the matplotlib Figure. Columns default to every numeric column but
+    ``total`` is drawn too, last.
+
+    Example:
+        >>> fig = plot_reward_distributions(score_table(["a"], [correctness_reward], answer=["1"]))  # doctest: +SKIP
+    """
+    import matplotlib.pyplot as plt
+
+    if columns is None:
+        columns = [c for c in table.columns if c != "completion" and str(table[c].dtype).startswith("float")]
+    columns = list(columns)
+    n = len(columns)
+    if ax is None:
+        fig, axes = plt.subplots(1, n, figsize=(3.0 * n, 2.6), squeeze=False)
+        axes = list(axes[0])
+    else:
+        axes, fig = [ax] * n, ax.figure
+    for a, col in zip(axes, columns):
+        values = table[col]
+        ok = values.dropna()
+        missing = int(values.isna().sum())
+        lo, hi = (float(ok.min()), float(ok.max())) if len(ok) else (0.0, 1.0)
+        pad = 0.05 * (hi - lo) if hi > lo else 0.5
+        a.hist(ok, bins=21, range=(lo - pad, hi + pad),
+               color="tab:orange" if col == "total" else "tab:blue", edgecolor="white")
+        label = col.replace("_reward", "")
+        a.set_title(label + (f"\n({missing} n/a)" if missing else ""), fontsize=9)
+        a.set_xlabel("score", fontsize=8)
+        a.tick_params(labelsize=8)
+    axes[0].set_ylabel("completions", fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def reward_playground(rewards: Any, text: str = "", answer: str | None = None, prompt: Any = None,
+                      show_static: bool = True) -> Any:
+    """A text box: type a completion, see every reward's score (and the total) update live.
+
+    ``answer`` pre-fills the gold answer box; ``prompt`` (e.g. one with a
+    prefilled ``<reasoning>``) is passed to the rewards. Headless (no widget
+    frontend, e.g. CI or a static viewer) the score table of ``text`` is
+    printed as well, so the cell always shows something.
+
+    Example:
+        >>> box = reward_playground(get_preset("arithmetic"), "<answer>4</answer>", answer="4")  # doctest: +SKIP
+    """
+    import ipywidgets as W
+
+    def table_for(t: str, gold: str) -> Any:
+        cols = {"answer": [gold]} if gold else {"answer": [None]}
+        return score_table([t], rewards, prompts=[prompt], show_columns=False, **cols).drop(columns=["completion"])
+
+    box = W.Textarea(value=text, placeholder="Type a completion...", layout=W.Layout(width="100%", height="140px"))
+    gold = W.Text(value=answer or "", description="answer:")
+    out = W.Output()
+
+    def refresh(_: Any = None) -> None:
+        out.clear_output(wait=True)
+        with out:
+            t = table_for(box.value, gold.value).T
+            t.columns = ["score"]
+            print(t.to_string(float_format=lambda v: f"{v:.3f}"))
+
+    box.observe(refresh, names="value")
+    gold.observe(refresh, names="value")
+    refresh()
+    if show_static:
+        t = table_for(text, answer or "").T
+        t.columns = ["score"]
+        print("Scores for the starting text (the widget below updates as you type):")
+        print(t.to_string(float_format=lambda v: f"{v:.3f}"))
+    return W.VBox([gold, box, out])
