@@ -29,7 +29,7 @@ from .rewards import RewardFunc, completion_text, correctness_reward, get_preset
 __all__ = [
     "RewardCase", "check_cases", "assert_cases", "reward_name", "normalize_rewards",
     "score_table", "GroupAdvantages", "group_advantages", "nanstd", "plot_reward_distributions",
-    "reward_playground",
+    "show_figure", "reward_playground",
 ]
 
 
@@ -451,6 +451,34 @@ def plot_reward_distributions(table: Any, columns: Sequence[str] | None = None, 
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     return fig
+
+
+def show_figure(fig: Any, path: Any = None) -> None:
+    """Display a matplotlib figure as a PNG (any backend, also Agg/headless) and close it.
+
+    With ``path`` the PNG is also saved there.
+
+    Example:
+        >>> show_figure(plot_reward_distributions(table), RUN / "figures" / "rewards.png")  # doctest: +SKIP
+    """
+    import io
+
+    import matplotlib.pyplot as plt
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    if path is not None:
+        from pathlib import Path
+
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_bytes(buf.getvalue())
+    try:
+        from IPython.display import Image, display
+
+        display(Image(buf.getvalue()))
+    except ImportError:  # plain Python: nothing to display on
+        pass
 
 
 def reward_playground(rewards: Any, text: str = "", answer: str | None = None, prompt: Any = None,
