@@ -190,18 +190,56 @@ def test_nanstd_and_advantages_match_trl_trainer(tmp_path):
     def b_reward(completions, **kw):
         return script_b[: len(completions)]
 
-    weights = [1.0, 2.0]
+    from helpers.rewards import strict_format_reward
+
+    weights = [1.0, 2.0, 0.0]  # a course reward (an object, not a function) rides along with weight 0
     for scale in ("group", "batch", "none"):
         args = GRPOConfig(output_dir=str(tmp_path / scale), num_generations=G, per_device_train_batch_size=12,
                           max_completion_length=3, report_to=[], use_cpu=True, scale_rewards=scale,
                           reward_weights=weights, logging_steps=1, bf16=False)
         ds = Dataset.from_list([{"prompt": f"Q{i}"} for i in range(3)])
-        trainer = GRPOTrainer(model=model, reward_funcs=[a_reward, b_reward], args=args, train_dataset=ds,
-                              processing_class=tok)
+        trainer = GRPOTrainer(model=model, reward_funcs=[a_reward, b_reward, strict_format_reward], args=args,
+                              train_dataset=ds, processing_class=tok)
         trainer.model.train()
         inputs = [{"prompt": f"Q{i // G}"} for i in range(3 * G)]
         out = trainer._generate_and_score_completions(inputs)
         trl_adv = out["advantages"].tolist()
-        mine = group_advantages(list(zip(script_a, script_b)), G, scale=scale, weights=weights)
+        mine = group_advantages([[a, b, 0.0] for a, b in zip(script_a, script_b)], G, scale=scale, weights=weights)
         assert mine.advantages == pytest.approx(trl_adv, abs=1e-6), scale
         assert trainer._metrics["train"]["frac_reward_zero_std"][-1] == pytest.approx(mine.frac_zero_std)
+        assert trainer._metrics["train"]["rewards/strict_format_reward/mean"][-1] == 0.0  # logged by __name__
+
+
+# --------------------------------------------------------------------------- plots and playground
+
+
+def test_plot_reward_distributions_and_show_figure(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from helpers.reward_tools import plot_reward_distributions, show_figure
+
+    t = score_table([GOOD, "<answer>5</answer>", "x"], [correctness_reward, numeric_answer_reward],
+                    answer=["4", "4", "4"])
+    fig = plot_reward_distributions(t, title="demo")
+    titles = [ax.get_title() for ax in fig.axes]
+    assert titles == ["correctness", "numeric_answer", "total"]
+    assert sum(p.get_height() for p in fig.axes[0].patches) == 3  # every completion counted once
+    out = tmp_path / "figs" / "r.png"
+    show_figure(fig, out)
+    assert out.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_reward_playground_updates_and_prints_static_table(capsys):
+    from helpers.reward_tools import reward_playground
+
+    box = reward_playground([correctness_reward, strict_format_reward], text=GOOD, answer="4")
+    printed = capsys.readouterr().out
+    assert "correctness_reward" in printed and "2.000" in printed  # headless fallback
+    gold, text, out = box.children
+    text.value = "<answer>4</answer>"  # typing re-scores; outside a kernel the Output widget prints to stdout
+    lines = {ln.split()[0]: ln.split()[-1] for ln in capsys.readouterr().out.splitlines() if len(ln.split()) == 2}
+    assert lines["correctness_reward"] == "2.000" and lines["strict_format_reward"] == "0.000"
+    gold.value = "5"
+    lines = {ln.split()[0]: ln.split()[-1] for ln in capsys.readouterr().out.splitlines() if len(ln.split()) == 2}
+    assert lines["correctness_reward"] == "0.000"

@@ -454,7 +454,7 @@ NONE_ALLOWED = {"partial_correctness_reward", "target_length_8_tokens_reward",
                 "repetition_penalty_3gram_reward", "soft_overlong_punishment_reward"}
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=800, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     comps=st.lists(COMPLETION, min_size=0, max_size=8),
     answers=st.lists(st.one_of(st.none(), st.text(max_size=12), st.sampled_from(["42", "-7", "3.5", "1,234"])),
@@ -480,7 +480,7 @@ def test_rewards_never_raise_on_generated_text(comps, answers, with_ids, prompt)
         assert getattr(f, "errors", 0) == errors_before[id(f)], (f.__name__, f.last_error)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=1000, deadline=None)
 @given(st.text(max_size=60))
 def test_parsers_total_on_any_text(text):
     a = extract_answer(text)
@@ -506,3 +506,21 @@ def test_math_verify_never_raises(texts):
     comps = [ANSWER_START + t[:100] + ANSWER_END for t in texts]
     out = mv(completions=comps, answer=["1/2"] * len(comps))
     assert len(out) == len(comps) and all(v in (0.0, 1.0) for v in out)
+
+
+def test_huge_and_adversarial_completions():
+    """Megabyte completions and tag soups: linear-time parsing, right shape, no error."""
+    huge = [
+        "<reasoning>\n" + "x" * 1_000_000,
+        "<reasoning>" * 100_000,
+        ("<answer>1</answer>" * 50_000),
+        GOOD + "\n" + "y " * 500_000,
+        "\u202e\u0000" * 10_000 + GOOD,
+    ]
+    for f in FAST_REWARDS + [R.math_verify_reward]:
+        out = f(prompts=[PREFILLED_PROMPT] * len(huge), completions=huge, answer=["42"] * len(huge),
+                completion_ids=[[1] * 10] * len(huge))
+        assert len(out) == len(huge) and all(v is None or isinstance(v, float) for v in out), f.__name__
+    assert strict_format_reward(completions=huge)[3] == 0.0
+    assert soft_format_reward(completions=huge)[4] == 1.0
+    assert correctness_reward(completions=huge, answer=["1"] * 5)[2] == 2.0
