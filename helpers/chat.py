@@ -49,13 +49,37 @@ def reply(model: Any, tokenizer: Any, history: Sequence[dict[str, str]], setting
     return generate(model, tokenizer, [list(history)], settings, adapter=adapter)[0][0]
 
 
+def reply_with_prefill(model: Any, tokenizer: Any, history: Sequence[dict[str, str]],
+                       settings: Any = None, adapter: Any = None, prefill: str | None = None) -> str:
+    """Like :func:`reply`, but the answer starts with ``prefill`` (e.g. ``profile.prefill``),
+    as in training; the returned text includes it.
+
+    Example:
+        >>> reply_with_prefill(model, tok, history, prefill="<reasoning>\\n")   # doctest: +SKIP
+        '<reasoning>\\n7 + 5 = 12\\n</reasoning>...'
+    """
+    if not prefill:
+        return reply(model, tokenizer, history, settings, adapter=adapter)
+    from .generation import SamplingSettings, generate
+
+    if not history or history[-1].get("role") != "user":
+        raise ValueError("The conversation must end with a user message; append "
+                         "{'role': 'user', 'content': ...} first.")
+    settings = settings or SamplingSettings(max_new_tokens=96, temperature=0.0)
+    prompt = list(history) + [{"role": "assistant", "content": prefill}]
+    return prefill + generate(model, tokenizer, [prompt], settings, adapter=adapter)[0][0]
+
+
 def transcript(model: Any, tokenizer: Any, questions: Sequence[str], settings: Any = None,
                system_prompt: str | None = SYSTEM_PROMPT, system_role: bool = True,
-               multi_turn: bool = False) -> list[dict[str, str]]:
+               multi_turn: bool = False, adapter: Any = None,
+               prefill: str | None = None) -> list[dict[str, str]]:
     """Ask ``questions`` in turn and return the conversation (headless chat).
 
     With ``multi_turn=False`` every question starts a fresh conversation (what
-    the model was trained on); with True they share one history.
+    the model was trained on); with True they share one history. ``adapter``
+    is the LoRA folder on a vLLM GPU model (see :func:`helpers.generation.generate`);
+    ``prefill`` starts every answer as training did (``profile.prefill``).
 
     Example:
         >>> for m in transcript(model, tok, ["What is 7 + 5?"]):     # doctest: +SKIP
@@ -67,7 +91,7 @@ def transcript(model: Any, tokenizer: Any, questions: Sequence[str], settings: A
         if not multi_turn:
             history = start_conversation(system_prompt, system_role)
         history.append({"role": "user", "content": q})
-        answer = reply(model, tokenizer, history, settings)
+        answer = reply_with_prefill(model, tokenizer, history, settings, adapter, prefill)
         history.append({"role": "assistant", "content": answer})
         shown += history[-2:]
     return shown
@@ -88,7 +112,8 @@ def format_transcript(messages: Sequence[dict[str, str]]) -> str:
 
 
 def chat_widget(model: Any, tokenizer: Any, settings: Any = None,
-                system_prompt: str | None = SYSTEM_PROMPT, system_role: bool = True) -> Any:
+                system_prompt: str | None = SYSTEM_PROMPT, system_role: bool = True,
+                adapter: Any = None, prefill: str | None = None) -> Any:
     """A small ipywidgets chat: a text box, Send and Reset buttons, the transcript.
 
     Headless (no widget frontend), use :func:`transcript` instead; the
@@ -122,7 +147,8 @@ def chat_widget(model: Any, tokenizer: Any, settings: Any = None,
         box.value = ""
         history.append({"role": "user", "content": text})
         draw()
-        history.append({"role": "assistant", "content": reply(model, tokenizer, history, settings)})
+        history.append({"role": "assistant", "content": reply_with_prefill(
+            model, tokenizer, history, settings, adapter, prefill)})
         draw()
 
     def on_reset(*_: Any) -> None:

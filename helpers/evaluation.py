@@ -57,15 +57,43 @@ def eval_settings(profile: Any, max_new_tokens: int | None = None, temperature: 
     )
 
 
-def eval_split(dataset: Any, n: int | None = None) -> dict[str, list]:
+#: On CPU profiles the notebook evaluates at most this many held-out prompts (x 2 sides):
+#: about 2-3 minutes on 2 cores for the bundled model (bench/eval_throughput.py).
+CPU_EVAL_PROMPTS = 100
+
+
+def eval_prompt_count(profile: Any) -> int:
+    """How many held-out prompts notebook 04 evaluates on ``profile``.
+
+    ``profile.eval_prompts`` when the profile has that field, else all of
+    ``profile.eval_rows`` on a GPU and at most :data:`CPU_EVAL_PROMPTS` on CPU.
+
+    Example:
+        >>> from helpers.config import get_profile
+        >>> eval_prompt_count(get_profile("cpu-smoke")), eval_prompt_count(get_profile("cpu-demo"))
+        (16, 100)
+    """
+    wanted = getattr(profile, "eval_prompts", None)
+    if wanted:
+        return min(int(wanted), profile.eval_rows)
+    if profile.backend == "transformers":
+        return min(profile.eval_rows, CPU_EVAL_PROMPTS)
+    return profile.eval_rows
+
+
+def eval_split(dataset: Any, n: int | None = None, prefill: str | None = None) -> dict[str, list]:
     """``prompts``, ``answers`` and ``questions`` of the first ``n`` rows of an eval split.
 
     ``dataset`` is a ``datasets.Dataset`` or a ``DatasetDict`` with an ``"eval"`` split.
+    ``prefill`` (``profile.prefill``) is appended as an assistant turn, exactly
+    as training did, so the model is evaluated on the prompts it was trained on.
 
     Example:
         >>> rows = [{"prompt": [{"role": "user", "content": "1+1?"}], "answer": "2"}]
         >>> eval_split(rows)["answers"]
         ['2']
+        >>> eval_split(rows, prefill="<reasoning>\\n")["prompts"][0][-1]["content"]
+        '<reasoning>\\n'
     """
     if hasattr(dataset, "keys") and "eval" in dataset.keys():
         dataset = dataset["eval"]
@@ -78,8 +106,13 @@ def eval_split(dataset: Any, n: int | None = None) -> dict[str, list]:
             f"Eval rows {missing[:5]} lack a 'prompt' or 'answer' column; evaluate the "
             "dataset written by notebook 01 (helpers.data.ensure_prepared)."
         )
+    prompts = [r["prompt"] for r in rows]
+    if prefill:
+        prompts = [list(p) + [{"role": "assistant", "content": prefill}]
+                   if not isinstance(p, str) and (not p or p[-1].get("role") != "assistant")
+                   else p for p in prompts]
     return {
-        "prompts": [r["prompt"] for r in rows],
+        "prompts": prompts,
         "answers": [None if r["answer"] is None else str(r["answer"]) for r in rows],
         "questions": [r.get("question") or _question_text(r["prompt"]) for r in rows],
     }
@@ -349,7 +382,7 @@ def comparison_table(results: dict[str, Any]) -> Any:
     Example:
         >>> t = comparison_table({"base": {"accuracy": 0.1, "n_prompts": 4},
         ...                       "trained": {"accuracy": 0.5, "n_prompts": 4}})
-        >>> t.loc["accuracy", "change"]
+        >>> float(t.loc["accuracy", "change"])
         0.4
     """
     import pandas as pd

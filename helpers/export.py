@@ -306,11 +306,13 @@ def verify_merged(
     prompts: Sequence[Any],
     max_new_tokens: int = 32,
     merged_model: Any = None,
+    adapter: str | Path | None = None,
 ) -> VerifyReport:
     """Reload ``merged_dir`` with plain transformers and compare greedy outputs.
 
     ``adapter_model`` is the PEFT model with the trained adapter (same one the
-    evaluation used). Greedy decoding is deterministic, so a correct merge gives
+    evaluation used; on a vLLM GPU model pass ``adapter`` so its side gets the
+    LoRA request). Greedy decoding is deterministic, so a correct merge gives
     the same text; tiny float differences can flip a near-tie late in a long
     output, which is why the check uses a short ``max_new_tokens``.
 
@@ -323,7 +325,8 @@ def verify_merged(
 
     settings = SamplingSettings(max_new_tokens=max_new_tokens, temperature=0.0)
     prompts = list(prompts)
-    adapter_out = [o[0] for o in generate(adapter_model, tokenizer, prompts, settings)]
+    adapter_out = [o[0] for o in generate(adapter_model, tokenizer, prompts, settings,
+                                          adapter=adapter)]
     if merged_model is None:
         merged_model, merged_tok = load_merged(merged_dir)
     else:
@@ -337,8 +340,8 @@ def hf_token() -> str | None:
     """A Hugging Face token from ``HF_TOKEN`` or Colab secrets, else None. Never printed.
 
     Example:
-        >>> os.environ.pop("HF_TOKEN", None) and None; hf_token() is None
-        True
+        >>> token = hf_token()              # doctest: +SKIP
+        >>> push_to_hub("me/model", merged_dir=RUN / "merged")   # doctest: +SKIP
     """
     token = os.environ.get("HF_TOKEN", "").strip()
     if token:
