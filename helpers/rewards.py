@@ -47,7 +47,7 @@ __all__ = [
     "normalize_number", "find_numbers", "prefill_of", "make_reward",
     "strict_format_reward", "soft_format_reward", "xmlcount_reward", "correctness_reward",
     "numeric_answer_reward", "partial_correctness_reward", "math_verify_reward",
-    "get_math_verify_reward", "get_target_length_reward", "get_repetition_penalty_reward",
+    "get_math_verify_reward", "run_with_time_limit", "TimeLimitedWorker", "get_target_length_reward", "get_repetition_penalty_reward",
     "get_soft_overlong_punishment_reward", "get_prefilled_format_reward", "with_prefill",
     "get_partial_correctness_reward", "PRESETS", "get_preset", "split_preset",
 ]
@@ -665,6 +665,9 @@ class get_math_verify_reward(make_reward):
     SIGALRM timer in the main thread (TRL's trainer, notebooks) or by a
     killable child process (:class:`TimeLimitedWorker`) in any other thread.
     ``self.stats`` counts timeouts and skips, so nothing is dropped silently.
+    math-verify's own signal-based timeouts are switched off (ours replace
+    them), and its loggers are lowered to ERROR so it does not warn about that
+    (TRL's ``accuracy_reward`` does the same off the main thread).
 
     Example:
         >>> mv = get_math_verify_reward()
