@@ -163,6 +163,8 @@ class Profile:
     scale_rewards: str = "group"
     temperature: float = 1.0
     num_iterations: int = 1
+    #: Leave groups whose completions all scored the same out of the loss (helpers.training).
+    drop_equal_reward_groups: bool = True
     #: Format-only SFT warm-up (helpers.warmup): epochs and learning rate.
     warmup_epochs: int = 3
     warmup_learning_rate: float = 1e-3

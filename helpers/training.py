@@ -365,17 +365,44 @@ def _grpo_trainer_class() -> type:
         """TRL's GRPOTrainer plus one hook: scored completions go to ``completion_sink``."""
 
         completion_sink: Callable[[list[dict[str, Any]]], None] | None = None
+        drop_equal_reward_groups: bool = False
 
         def _generate_and_score_completions(self, inputs):  # noqa: D401
             output = super()._generate_and_score_completions(inputs)
-            if self.completion_sink is not None and self.model.training:
-                try:
-                    self.completion_sink(_rows_from_logs(self, inputs))
-                except Exception as exc:  # logging must never stop training
-                    print(f"[completions log] skipped one batch: {exc!r}")
+            if self.model.training:
+                if self.drop_equal_reward_groups:
+                    _drop_equal_reward_groups(self, output)
+                if self.completion_sink is not None:
+                    try:
+                        self.completion_sink(_rows_from_logs(self, inputs))
+                    except Exception as exc:  # logging must never stop training
+                        print(f"[completions log] skipped one batch: {exc!r}")
             return output
 
     return CourseGRPOTrainer
+
+
+def _drop_equal_reward_groups(trainer: Any, output: dict[str, Any]) -> None:
+    """Leave groups whose completions all got the same reward out of the loss normaliser.
+
+    Their advantages are 0 already, so they add no gradient; but with
+    ``loss_type="dapo"`` (TRL's default) their tokens still count in the
+    number the loss is divided by, diluting the groups that do teach
+    something. This is DAPO's "dynamic sampling" without the resampling.
+    Logs ``course/kept_groups`` (fraction of groups that stay).
+    """
+    if trainer.loss_type not in ("dapo", "cispo", "vespo"):
+        return
+    adv = output["advantages"]
+    mask = output["completion_mask"]
+    g = trainer.num_generations
+    if adv.numel() % g:
+        return
+    informative = (adv.view(-1, g) != 0).any(dim=1)
+    keep_rows = informative.repeat_interleave(g)
+    kept_tokens = (mask * keep_rows.unsqueeze(1).to(mask.dtype)).sum()
+    output["num_items_in_batch"] = kept_tokens.clamp(min=1).to(output["num_items_in_batch"].dtype)
+    trainer._metrics["train"]["course/kept_groups"].append(informative.float().mean().item())
 
 
 def _question(row: dict[str, Any]) -> str:
@@ -458,6 +485,7 @@ def build_trainer(
     dashboard_every: int = 5,
     progress: bool = False,
     callbacks: Sequence[Any] = (),
+    drop_equal_reward_groups: bool = False,
 ) -> Any:
     """One ``GRPOTrainer`` wired to the run folder.
 
@@ -467,6 +495,8 @@ def build_trainer(
     (the dashboard is redrawn live in a notebook every ``dashboard_every``
     steps unless ``dashboard=False``). ``time_budget_minutes`` stops training
     cleanly (counting from ``budget_start`` when given, e.g. before a warm-up).
+    ``drop_equal_reward_groups`` leaves groups with equal rewards out of the
+    loss normaliser (see :func:`_drop_equal_reward_groups`).
 
     Example:
         >>> trainer = build_trainer(model, tok, ds["train"], get_preset("arithmetic"),
@@ -501,8 +531,14 @@ def build_trainer(
     cls = _grpo_trainer_class()
     trainer = cls(model=model, processing_class=tokenizer, reward_funcs=funcs, args=config,
                   train_dataset=dataset, callbacks=cbs)
+    # With disable_tqdm, transformers prints every log dict; the dashboard and
+    # ProgressPrinter show the same numbers readably.
+    from transformers.trainer_callback import PrinterCallback
+
+    trainer.remove_callback(PrinterCallback)
     if log_cb is not None:
         trainer.completion_sink = log_cb.add
+    trainer.drop_equal_reward_groups = bool(drop_equal_reward_groups)
     trainer.course_run = run
     return trainer
 
@@ -628,6 +664,29 @@ def warmup_rows(profile: Profile, prefill: str | None, system_role: bool = True)
     return out
 
 
+def write_train_config(run: str | Path, profile: Profile, config: Any, rewards: RewardSpec,
+                       prefill: str | None = None, warmup: dict[str, Any] | None = None,
+                       overrides: dict[str, Any] | None = None) -> Path:
+    """Write ``train_config.json`` (profile, GRPOConfig, rewards with weights, prefill, warm-up)
+    and add the versions and machine to ``run.json``: the run folder describes itself.
+
+    Example:
+        >>> write_train_config(RUN, PROFILE, config, rewards, prefill="<reasoning>\\n")  # doctest: +SKIP
+    """
+    run = Path(run)
+    funcs, weights = split_rewards(rewards)
+    path = write_json(run / CONFIG_FILE, {
+        "profile": profile.to_dict(),
+        "grpo_config": {k: v for k, v in config.to_dict().items() if _jsonable(v)},
+        "rewards": [{"name": getattr(f, "__name__", "reward"), "weight": w} for f, w in zip(funcs, weights)],
+        "prefill": prefill,
+        "warmup": warmup,
+        "overrides": overrides or {},
+    })
+    record_run_info(run, profile, training={"config": CONFIG_FILE, "adapter": ADAPTER_DIR})
+    return path
+
+
 def run_grpo(
     profile: Profile,
     run: str | Path,
@@ -638,13 +697,16 @@ def run_grpo(
     resume: bool = True,
     dashboard: bool | None = None,
     progress: bool = False,
+    after_warmup: Callable[[Any, Any], Any] | None = None,
     **overrides: Any,
 ) -> dict[str, Any]:
     """Dataset, model, format warm-up, GRPO, adapter: the whole of notebook 03 in one call.
 
     The warm-up runs when the profile has ``warmup_examples`` (and not when
-    resuming from a checkpoint, which already holds it). ``overrides`` go to
-    :func:`build_grpo_config`. Writes ``train_config.json`` and ``run.json``.
+    resuming from a checkpoint, which already holds it). ``after_warmup(model,
+    tokenizer)`` is called after it (e.g. to evaluate; its time does not count
+    against the time budget). ``overrides`` go to :func:`build_grpo_config`.
+    Writes ``train_config.json`` and ``run.json``.
 
     Example:
         >>> summary = run_grpo(get_profile("cpu-smoke"), RUN)    # doctest: +SKIP
@@ -672,19 +734,17 @@ def run_grpo(
         warm = format_warmup(model, tokenizer, rows, run / "warmup", epochs=profile.warmup_epochs,
                              learning_rate=profile.warmup_learning_rate, seed=profile.seed,
                              use_cpu=profile.backend != "unsloth")
+    if after_warmup is not None:
+        paused = time.time()
+        after_warmup(model, tokenizer)
+        start += time.time() - paused
     funcs, weights = split_rewards(rewards)
-    write_json(run / CONFIG_FILE, {
-        "profile": profile.to_dict(),
-        "grpo_config": {k: v for k, v in config.to_dict().items() if _jsonable(v)},
-        "rewards": [{"name": getattr(f, "__name__", "reward"), "weight": w} for f, w in zip(funcs, weights)],
-        "prefill": prefill,
-        "warmup": warm,
-        "overrides": overrides,
-    })
-    record_run_info(run, profile, training={"config": CONFIG_FILE, "adapter": ADAPTER_DIR})
+    write_train_config(run, profile, config, list(zip(funcs, weights)), prefill=prefill, warmup=warm,
+                       overrides=overrides)
     trainer = build_trainer(model, tokenizer, train_set, list(zip(funcs, weights)), config, run=run,
                             time_budget_minutes=profile.time_budget_minutes, budget_start=start,
-                            dashboard=dashboard, progress=progress)
+                            dashboard=dashboard, progress=progress,
+                            drop_equal_reward_groups=profile.drop_equal_reward_groups)
     summary = train(trainer, run, resume=resume)
     summary.update(warmup=warm, total_seconds=round(time.time() - start, 1))
     write_json(run / SUMMARY_FILE, summary)
