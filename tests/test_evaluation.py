@@ -153,7 +153,7 @@ def test_fixture_completions_score_like_the_training_log():
 
 def test_eval_settings_follow_the_profile():
     s = eval_settings(get_profile("cpu-demo"))
-    assert (s.max_new_tokens, s.temperature, s.seed) == (48, 0.0, get_profile("cpu-demo").seed)
+    assert (s.max_new_tokens, s.temperature, s.seed) == (get_profile("cpu-demo").max_completion_length, 0.0, get_profile("cpu-demo").seed)
 
 
 @pytest.mark.slow
