@@ -205,6 +205,9 @@ def merge_adapter(
     _refuse_existing(out_dir, overwrite)
     dtype = dtype or default_merge_dtype(profile)
     needed = estimate_merged_bytes(profile, dtype)
+    if profile.backend == "unsloth":
+        # Unsloth downloads the 16-bit base into the Hugging Face cache (usually the same disk).
+        needed *= 2
     check_free_disk(out_dir.parent, needed)
     t0 = time.perf_counter()
     with atomic_folder(out_dir, overwrite=overwrite) as tmp:
@@ -244,8 +247,11 @@ def _merge_transformers(profile: Any, adapter_dir: Path, tmp: Path, dtype: str) 
     AutoTokenizer.from_pretrained(str(tok_source)).save_pretrained(str(tmp))
 
 
-def load_merged(merged_dir: str | Path, dtype: str = "float32") -> tuple[Any, Any]:
+def load_merged(merged_dir: str | Path, dtype: str | None = None) -> tuple[Any, Any]:
     """Load a merged folder with plain transformers (no PEFT, no Unsloth).
+
+    ``dtype`` defaults to float32 on CPU and float16 on a CUDA GPU (where the
+    model is placed).
 
     Example:
         >>> model, tok = load_merged(RUN / "merged")     # doctest: +SKIP
@@ -258,7 +264,11 @@ def load_merged(merged_dir: str | Path, dtype: str = "float32") -> tuple[Any, An
     merged_dir = Path(merged_dir)
     if not (merged_dir / "config.json").is_file():
         raise FileNotFoundError(f"No merged model in {merged_dir}; run merge_adapter first.")
+    cuda = torch.cuda.is_available()
+    dtype = dtype or ("float16" if cuda else "float32")
     model = AutoModelForCausalLM.from_pretrained(str(merged_dir), dtype=getattr(torch, dtype))
+    if cuda:
+        model = model.to("cuda")
     tok = _prepare_tokenizer(AutoTokenizer.from_pretrained(str(merged_dir)))
     return model, tok
 

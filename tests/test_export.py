@@ -172,3 +172,13 @@ def test_merge_equivalence_on_cpu(tmp_path):
     merge_adapter(SMOKE, adapter, out, overwrite=True)
     assert os.stat(out / "model.safetensors").st_mtime_ns != stamp
     assert sorted(p.name for p in out.parent.iterdir()) == ["adapter", "merged"]
+
+
+def test_gpu_merge_counts_the_16bit_base_download(tmp_path, monkeypatch):
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text("{}")
+    Usage = namedtuple("Usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda _p: Usage(10**11, 10**11, 4 * 10**9))
+    with pytest.raises(DiskSpaceError, match=r"needs about 6\.3\d GB"):
+        merge_adapter(get_profile("colab-t4"), adapter, tmp_path / "merged", model=object())
