@@ -493,7 +493,7 @@ def build_trainer(
     ``config.reward_weights``). With ``run``: ``metrics.jsonl``,
     ``completions.jsonl`` and ``figures/dashboard.png`` are written there
     (the dashboard is redrawn live in a notebook every ``dashboard_every``
-    steps unless ``dashboard=False``). ``time_budget_minutes`` stops training
+    steps; ``dashboard=False`` only saves the PNG, ``True`` forces live drawing). ``time_budget_minutes`` stops training
     cleanly (counting from ``budget_start`` when given, e.g. before a warm-up).
     ``drop_equal_reward_groups`` leaves groups with equal rewards out of the
     loss normaliser (see :func:`_drop_equal_reward_groups`).
@@ -522,8 +522,7 @@ def build_trainer(
         log_cb = CompletionsLogCallback(run)
         names = [getattr(f, "__name__", "reward") for f in funcs]
         cbs += [MetricsLogCallback(run), log_cb]
-        if dashboard is not False:
-            cbs.append(DashboardCallback(run, every=dashboard_every, live=dashboard, reward_names=names))
+        cbs.append(DashboardCallback(run, every=dashboard_every, live=dashboard, reward_names=names))
     if time_budget_minutes:
         cbs.append(TimeBudgetCallback(time_budget_minutes, start=budget_start))
     if progress:
@@ -733,7 +732,8 @@ def run_grpo(
         rows = warmup_rows(profile, prefill, system_role=supports_system_role(tokenizer))
         warm = format_warmup(model, tokenizer, rows, run / "warmup", epochs=profile.warmup_epochs,
                              learning_rate=profile.warmup_learning_rate, seed=profile.seed,
-                             use_cpu=profile.backend != "unsloth")
+                             use_cpu=profile.backend != "unsloth",
+                             precision={"bf16": bool(config.bf16), "fp16": bool(config.fp16)})
     if after_warmup is not None:
         paused = time.time()
         after_warmup(model, tokenizer)

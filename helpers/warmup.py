@@ -121,12 +121,18 @@ def format_warmup(
     batch_size: int = 8,
     seed: int = 0,
     use_cpu: bool | None = None,
+    precision: dict[str, bool] | None = None,
 ) -> dict[str, Any]:
     """Supervised fine-tuning of the LoRA on a few formatted examples (completion-only loss).
 
     Trains ``model`` in place and returns ``{"examples", "steps", "seconds",
     "final_loss"}``. Keep ``rows`` to an easier level than the GRPO task, so
     the warm-up teaches the format and GRPO does the rest.
+
+    ``precision`` (``{"bf16", "fp16"}``) must match the GRPO config that
+    follows in the same process (``helpers.training.choose_precision``): TRL
+    defaults to bf16, and accelerate refuses a second, different precision.
+    ``None``: float32 on a CPU, bf16 on compute capability >= 8.0, else fp16.
 
     Example:
         >>> stats = format_warmup(model, tok, rows, RUN / "warmup")   # doctest: +SKIP
@@ -142,10 +148,16 @@ def format_warmup(
         raise ValueError("format_warmup needs at least one example; set warmup_examples > 0 in the profile.")
     align_eos_with_chat_template(tokenizer, model)
     pairs = warmup_pairs(rows, render=lambda p: render_prompt(tokenizer, p), end=end_of_turn(tokenizer))
-    if use_cpu is None:
-        import torch
+    import torch
 
+    if use_cpu is None:
         use_cpu = not torch.cuda.is_available()
+    if precision is None:
+        if use_cpu:
+            precision = {"bf16": False, "fp16": False}
+        else:
+            major = torch.cuda.get_device_capability(0)[0]
+            precision = {"bf16": major >= 8, "fp16": major < 8}
     config = SFTConfig(
         output_dir=str(output_dir),
         num_train_epochs=epochs,
@@ -159,10 +171,14 @@ def format_warmup(
         use_cpu=use_cpu,
         completion_only_loss=True,
         disable_tqdm=True,
+        **precision,
     )
     start = time.time()
     trainer = SFTTrainer(model=model, processing_class=tokenizer, train_dataset=Dataset.from_list(pairs),
                          args=config)
+    from transformers.trainer_callback import PrinterCallback
+
+    trainer.remove_callback(PrinterCallback)  # no raw log dicts in the notebook
     out = trainer.train()
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     # SFTTrainer may have aligned the model's EOS to the tokenizer's; keep the chat one.
