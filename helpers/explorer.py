@@ -59,7 +59,7 @@ def load_completions(path: str | Path) -> Any:
             rec = {
                 "step": int(obj["step"]),
                 "prompt": str(obj["prompt"]),
-                "completion": str(obj["completion"]),
+                "completion": _text(obj["completion"]),
                 "answer": obj.get("answer"),
                 "reward": _float(obj.get("reward")),
                 "advantage": _float(obj.get("advantage")),
@@ -76,6 +76,15 @@ def load_completions(path: str | Path) -> Any:
     df.attrs["skipped_lines"] = bad[:10]
     df.attrs["path"] = str(path)
     return df
+
+
+def _text(completion: Any) -> str:
+    """A completion as text: plain strings as they are, conversational lists joined."""
+    if isinstance(completion, str):
+        return completion
+    from .rewards import completion_text
+
+    return completion_text(completion)
 
 
 def _float(value: Any) -> float | None:
@@ -200,6 +209,10 @@ def _completion_card(row: Any, reward_cols: list[str], title: str = "") -> str:
     )
 
 
+def _plain(value: Any) -> str:
+    return _fmt(value).replace("&ndash;", "-")
+
+
 def _fmt(value: Any) -> str:
     try:
         if value is None or value != value:  # None or NaN
@@ -259,11 +272,11 @@ def render_text(df: Any, prompt: str | None = None, step: int | None = None,
         scores = ", ".join(f"{c[len(REWARD_PREFIX):]}={r[c]:.2f}" for c in cols
                            if r[c] is not None and r[c] == r[c])
         text = _clip(str(r["completion"]).replace("\n", " \u21b5 "), max_chars)
-        lines.append(f"  total={r['reward']:.2f} [{scores}] {text}")
+        lines.append(f"  total={_plain(r['reward'])} [{scores}] {text}")
     latest = best_of_step(df)
     text = _clip(str(latest["completion"]).replace("\n", " \u21b5 "), max_chars)
     lines.append(f"best of the latest step ({int(df['step'].max())}): "
-                 f"total={latest['reward']:.2f} {text}")
+                 f"total={_plain(latest['reward'])} {text}")
     return "\n".join(lines)
 
 

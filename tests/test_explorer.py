@@ -121,3 +121,19 @@ def test_empty_log_renders_a_message(tmp_path):
     df = load_completions(path)
     assert "empty" in render_html(df)
     assert early_vs_late(df).empty
+
+
+def test_conversational_completions_and_missing_rewards(tmp_path):
+    path = tmp_path / "completions.jsonl"
+    rows = [
+        {"step": 1, "prompt": "q", "completion": [{"role": "assistant", "content": "hi <answer>2</answer>"}],
+         "answer": "2", "rewards": {"a_reward": None}, "reward": None, "advantage": None},
+        {"step": 1, "prompt": "q", "completion": "plain", "answer": "2",
+         "rewards": {"a_reward": 1.0}, "reward": 1.0, "advantage": 0.5},
+    ]
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    df = load_completions(path)
+    assert df["completion"].tolist() == ["hi <answer>2</answer>", "plain"]
+    text = render_text(df)
+    assert "total=1.00" in text and "total=-" in text
+    assert "&ndash;" in render_html(df)
