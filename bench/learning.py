@@ -91,7 +91,7 @@ def main() -> int:
 
     t0 = time.time()
     out = run_grpo(profile, run, model=model, tokenizer=tok, resume=False, dashboard=False,
-                   progress=True, after_warmup=after_warmup)
+                   progress=say, after_warmup=after_warmup)
     train_seconds = time.time() - t0 - sum(warm_evals)
     score("after")
     summary = out["summary"]

@@ -483,7 +483,7 @@ def build_trainer(
     budget_start: float | None = None,
     dashboard: bool | None = None,
     dashboard_every: int = 5,
-    progress: bool = False,
+    progress: bool | Callable[[str], None] = False,
     callbacks: Sequence[Any] = (),
     drop_equal_reward_groups: bool = False,
 ) -> Any:
@@ -526,7 +526,7 @@ def build_trainer(
     if time_budget_minutes:
         cbs.append(TimeBudgetCallback(time_budget_minutes, start=budget_start))
     if progress:
-        cbs.append(ProgressPrinter())
+        cbs.append(ProgressPrinter(print_fn=progress if callable(progress) else None))
     cls = _grpo_trainer_class()
     trainer = cls(model=model, processing_class=tokenizer, reward_funcs=funcs, args=config,
                   train_dataset=dataset, callbacks=cbs)
@@ -695,7 +695,7 @@ def run_grpo(
     warmup: bool | None = None,
     resume: bool = True,
     dashboard: bool | None = None,
-    progress: bool = False,
+    progress: bool | Callable[[str], None] = False,
     after_warmup: Callable[[Any, Any], Any] | None = None,
     **overrides: Any,
 ) -> dict[str, Any]:
