@@ -5,8 +5,9 @@
   with each reward's score and its advantage, to ``completions.jsonl``.
 * :class:`DashboardCallback` redraws the training dashboard in a notebook every
   few steps and saves it as ``figures/dashboard.png``.
-* :class:`TimeBudgetCallback` stops training cleanly after N minutes (a
-  checkpoint is saved at that step, so the run can be resumed later).
+* :class:`TimeBudgetCallback` stops training cleanly within N minutes: after
+  the last step that the next one would overrun (a checkpoint is saved there,
+  so the run can be resumed later).
 
 :func:`truncate_jsonl` drops log lines written after a checkpoint, so a resumed
 run neither repeats nor loses a step.
@@ -170,7 +171,10 @@ class CompletionsLogCallback(TrainerCallback):
 
 
 class TimeBudgetCallback(TrainerCallback):
-    """Stop training after ``minutes`` (checked at the end of every step) and save a checkpoint.
+    """Stop training within ``minutes`` and save a checkpoint.
+
+    Checked at the end of every step: when one more step as long as the last
+    would end past the budget, training stops there.
 
     ``start`` (a ``time.time()`` value) lets time spent before training, e.g.
     a warm-up, count against the budget. ``stopped_at_step`` tells whether and
@@ -196,8 +200,14 @@ class TimeBudgetCallback(TrainerCallback):
     def elapsed_minutes(self) -> float:
         return 0.0 if self.start is None else (time.time() - self.start) / 60
 
+    def on_step_begin(self, args, state, control, **kwargs):  # noqa: D102
+        self._step_start = time.time()
+
     def on_step_end(self, args, state, control, **kwargs):  # noqa: D102
-        if self.elapsed_minutes() >= self.minutes and state.global_step < state.max_steps:
+        # Stop when the next step (as long as this one) would end past the budget.
+        began = getattr(self, "_step_start", None)
+        last_step = (time.time() - began) / 60 if began is not None else 0.0
+        if self.elapsed_minutes() + last_step >= self.minutes and state.global_step < state.max_steps:
             control.should_training_stop = True
             control.should_save = True
             self.stopped_at_step = int(state.global_step)
