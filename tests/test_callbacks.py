@@ -82,6 +82,15 @@ def test_time_budget_stops_and_saves(tmp_path):
         TimeBudgetCallback(minutes=0)
 
 
+def test_time_budget_stops_before_a_step_would_overrun():
+    cb = TimeBudgetCallback(minutes=0.5, start=time.time() - 15)  # 15 s left
+    cb.on_step_begin(ARGS, _state(1), TrainerControl())
+    cb._step_start -= 20  # this step took 20 s: the next would end past 30 s
+    control = TrainerControl()
+    cb.on_step_end(ARGS, _state(2), control)
+    assert control.should_training_stop and cb.stopped_at_step == 2
+
+
 def test_dashboard_saves_png_headless_and_redraws_live(tmp_path, monkeypatch):
     cb = DashboardCallback(tmp_path, every=2, live=False)
     assert cb.save() is None  # nothing logged yet
