@@ -20,6 +20,7 @@ stderr. Not a test: it never gates CI. ``--set`` overrides profile fields
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ast
 import json
 import os
@@ -90,8 +91,9 @@ def main() -> int:
         warm_evals.append(time.time() - start)
 
     t0 = time.time()
-    out = run_grpo(profile, run, model=model, tokenizer=tok, resume=False, dashboard=False,
-                   progress=say, after_warmup=after_warmup)
+    with contextlib.redirect_stdout(sys.stderr):  # keep stdout for the one JSON object
+        out = run_grpo(profile, run, model=model, tokenizer=tok, resume=False, dashboard=False,
+                       progress=say, after_warmup=after_warmup)
     train_seconds = time.time() - t0 - sum(warm_evals)
     score("after")
     summary = out["summary"]

@@ -19,6 +19,7 @@ Not a test.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -82,7 +83,8 @@ def main() -> int:
         # the timer must wrap the other callbacks' on_step_end work: move it last
         trainer.callback_handler.callbacks.remove(timer)
         trainer.callback_handler.callbacks.append(timer)
-        trainer.train()
+        with contextlib.redirect_stdout(sys.stderr):  # TRL/transformers print logs to stdout
+            trainer.train()
         say(f"{kind}: " + ", ".join(f"{t:.2f}" for t in timer.times) + " s/step")
         return timer.times[1:]
 
