@@ -241,7 +241,7 @@ PROFILES: dict[str, Profile] = {
             save_steps=10,
             max_seq_length=512,
             minutes={"00_setup": 0.3, "01_dataset_prep": 0.5, "02_reward_lab": 1.5,
-                     "03_grpo_training": 10.0, "04_merge_and_inference": 3.0},
+                     "03_grpo_training": 12.0, "04_merge_and_inference": 3.0},
             **_LORA_CPU,
         ),
         Profile(
