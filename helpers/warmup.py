@@ -23,23 +23,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .prompts import ANSWER_END, ANSWER_START, REASONING_END, REASONING_START
-
-
-def formatted_response(solution: str, answer: str) -> str:
-    """The full response in the course format.
-
-    Example:
-        >>> print(formatted_response("1 + 1 = 2", "2"))
-        <reasoning>
-        1 + 1 = 2
-        </reasoning>
-        <answer>
-        2
-        </answer>
-    """
-    return (f"{REASONING_START}\n{solution.strip()}\n{REASONING_END}\n"
-            f"{ANSWER_START}\n{str(answer).strip()}\n{ANSWER_END}")
+from .data import reference_completion
 
 
 def _prefill(prompt: Any) -> str:
@@ -102,7 +86,7 @@ def warmup_pairs(rows: Sequence[dict[str, Any]], render: Callable[[Any], str], e
                 f"Warm-up row {i} lacks {missing}; warm-up rows come from "
                 "helpers.tasks.generate_arithmetic (they carry 'solution')."
             )
-        target = formatted_response(str(row["solution"]), str(row["answer"]))
+        target = reference_completion(str(row["solution"]).strip(), str(row["answer"]).strip())
         prefill = _prefill(row["prompt"])
         if prefill and not target.startswith(prefill.rstrip("\n")):
             raise ValueError(f"Warm-up row {i}: the prefill {prefill!r} is not the start of the response format.")

@@ -10,6 +10,7 @@ installed without a GPU, so its signatures were read from the pinned wheel
 import json
 import os
 import subprocess
+import tempfile
 
 import pytest
 
@@ -64,7 +65,7 @@ def test_the_gguf_quantization_and_save_method_are_known_to_unsloth():
     )
     env = dict(os.environ, UNSLOTH_ALLOW_CPU="1", PYTHONWARNINGS="ignore")
     proc = subprocess.run([contract_python(), "-c", code], capture_output=True, text=True,
-                          env=env, timeout=600)
+                          env=env, timeout=600, cwd=tempfile.mkdtemp())
     line = next((l for l in proc.stdout.splitlines() if l.startswith("CONTRACT-JSON ")), None)
     assert line is not None, proc.stderr[-2000:]
     data = json.loads(line[len("CONTRACT-JSON "):])

@@ -2,7 +2,8 @@
 
 import pytest
 
-from helpers.warmup import align_eos_with_chat_template, end_of_turn, formatted_response, warmup_pairs
+from helpers.data import reference_completion
+from helpers.warmup import align_eos_with_chat_template, end_of_turn, warmup_pairs
 
 PROMPT = [{"role": "user", "content": "What is 2 + 3?"}]
 PREFILLED = PROMPT + [{"role": "assistant", "content": "<reasoning>\n"}]
@@ -14,7 +15,7 @@ def test_pairs_continue_the_prefill_and_end_the_turn():
     assert pair == {"prompt": "P", "completion": "2 + 3 = 5\n</reasoning>\n<answer>\n5\n</answer><|im_end|>"}
     # without a prefill the completion carries the whole response
     full = warmup_pairs([dict(rows[0], prompt=PROMPT)], render=lambda p: "P", end="")[0]["completion"]
-    assert full == formatted_response("2 + 3 = 5", "5")
+    assert full == reference_completion("2 + 3 = 5", "5")
     assert "<reasoning>\n" + pair["completion"][: -len("<|im_end|>")] == full
 
 
