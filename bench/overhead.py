@@ -46,7 +46,7 @@ def main() -> int:
     from helpers.models import load_model
     from helpers.rewards import get_preset
     from helpers.training import build_grpo_config, build_trainer, split_rewards, with_prefill
-    from helpers.warmup import align_eos_with_chat_template
+    from helpers.models import align_eos_with_chat_template
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -151,8 +151,11 @@ def load_tokenizer(model_key: str = "smollm2-135m") -> Any:
     """
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(model_source(get_model_spec(model_key)))
-    return _prepare_tokenizer(tok)
+    spec = get_model_spec(model_key)
+    tok = _prepare_tokenizer(AutoTokenizer.from_pretrained(model_source(spec)))
+    if spec.bundled:
+        align_eos_with_chat_template(tok)
+    return tok
 
 
 def _prepare_tokenizer(tok: Any) -> Any:
@@ -160,6 +163,47 @@ def _prepare_tokenizer(tok: Any) -> Any:
         tok.pad_token = tok.eos_token
     tok.padding_side = "left"
     return tok
+
+
+def end_of_turn(tokenizer: Any) -> str:
+    """The text a chat template writes after an assistant message (e.g. ``<|im_end|>``).
+
+    Example:
+        >>> end_of_turn(tok)       # doctest: +SKIP
+        '<|im_end|>'
+    """
+    marker = "XYZZY-END"
+    msgs = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": marker}]
+    try:
+        text = tokenizer.apply_chat_template(msgs, tokenize=False)
+    except Exception:  # no chat template: plain-text model
+        return tokenizer.eos_token or ""
+    tail = text.split(marker, 1)[1].strip() if marker in text else ""
+    return tail or (tokenizer.eos_token or "")
+
+
+def align_eos_with_chat_template(tokenizer: Any, model: Any | None = None) -> str | None:
+    """Make the tokenizer's EOS the template's end-of-turn token when they differ.
+
+    The bundled SmolLM2 tokenizer (rebuilt from a GGUF) names ``<|im_start|>``
+    as its EOS, so generation would run past ``<|im_end|>``; :func:`load_model`
+    and :func:`load_tokenizer` apply this to the bundled model.
+    Returns the new EOS token, or None when nothing changed.
+
+    Example:
+        >>> align_eos_with_chat_template(tok, model)   # doctest: +SKIP
+        '<|im_end|>'
+    """
+    eot = end_of_turn(tokenizer)
+    if not eot or eot == tokenizer.eos_token or eot not in tokenizer.get_vocab():
+        return None
+    tokenizer.eos_token = eot
+    eos_id = tokenizer.convert_tokens_to_ids(eot)
+    if model is not None:
+        for cfg in (getattr(model, "config", None), getattr(model, "generation_config", None)):
+            if cfg is not None:
+                cfg.eos_token_id = eos_id
+    return eot
 
 
 def unsloth_load_kwargs(profile: Profile, spec: ModelSpec) -> dict[str, Any]:
@@ -249,6 +293,8 @@ def _load_transformers(profile: Profile, spec: ModelSpec, lora: bool, adapter: s
     torch.manual_seed(profile.seed)
     model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
     tok = _prepare_tokenizer(AutoTokenizer.from_pretrained(source))
+    if spec.bundled:
+        align_eos_with_chat_template(tok, model)
     if adapter is not None:
         from peft import PeftModel
 

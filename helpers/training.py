@@ -504,7 +504,7 @@ def build_trainer(
     """
     from .callbacks import (CompletionsLogCallback, DashboardCallback, MetricsLogCallback,
                             ProgressPrinter, TimeBudgetCallback)
-    from .warmup import align_eos_with_chat_template
+    from .models import align_eos_with_chat_template
 
     funcs, weights = split_rewards(rewards)
     config.reward_weights = weights

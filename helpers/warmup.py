@@ -24,52 +24,13 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from .data import reference_completion
+from .models import align_eos_with_chat_template, end_of_turn
 
 
 def _prefill(prompt: Any) -> str:
     if isinstance(prompt, list) and prompt and prompt[-1].get("role") == "assistant":
         return str(prompt[-1].get("content") or "")
     return ""
-
-
-def end_of_turn(tokenizer: Any) -> str:
-    """The text a chat template writes after an assistant message (e.g. ``<|im_end|>``).
-
-    Example:
-        >>> end_of_turn(tok)       # doctest: +SKIP
-        '<|im_end|>'
-    """
-    marker = "XYZZY-END"
-    msgs = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": marker}]
-    try:
-        text = tokenizer.apply_chat_template(msgs, tokenize=False)
-    except Exception:  # no chat template: plain-text model
-        return tokenizer.eos_token or ""
-    tail = text.split(marker, 1)[1].strip() if marker in text else ""
-    return tail or (tokenizer.eos_token or "")
-
-
-def align_eos_with_chat_template(tokenizer: Any, model: Any | None = None) -> str | None:
-    """Make the tokenizer's EOS the template's end-of-turn token when they differ.
-
-    The bundled SmolLM2 tokenizer (rebuilt from a GGUF) names ``<|im_start|>``
-    as its EOS, so TRL would let every completion run past ``<|im_end|>``.
-    Returns the new EOS token, or None when nothing changed.
-
-    Example:
-        >>> align_eos_with_chat_template(tok, model)   # doctest: +SKIP
-        '<|im_end|>'
-    """
-    eot = end_of_turn(tokenizer)
-    if not eot or eot == tokenizer.eos_token or eot not in tokenizer.get_vocab():
-        return None
-    tokenizer.eos_token = eot
-    eos_id = tokenizer.convert_tokens_to_ids(eot)
-    if model is not None:
-        for cfg in (getattr(model, "config", None), getattr(model, "generation_config", None)):
-            if cfg is not None:
-                cfg.eos_token_id = eos_id
-    return eot
 
 
 def warmup_pairs(rows: Sequence[dict[str, Any]], render: Callable[[Any], str], end: str) -> list[dict[str, str]]:

@@ -3,7 +3,8 @@
 import pytest
 
 from helpers.data import reference_completion
-from helpers.warmup import align_eos_with_chat_template, end_of_turn, warmup_pairs
+from helpers.models import align_eos_with_chat_template, end_of_turn
+from helpers.warmup import warmup_pairs
 
 PROMPT = [{"role": "user", "content": "What is 2 + 3?"}]
 PREFILLED = PROMPT + [{"role": "assistant", "content": "<reasoning>\n"}]
