@@ -31,7 +31,7 @@ $(STAMP): pyproject.toml
 	@touch $@
 
 course: setup
-	$(PY) -m helpers.course run
+	$(PY) tools/course.py run
 
 test: setup contract-env
 	COURSE_PROFILE=cpu-smoke COURSE_CONTRACT_PYTHON=$(abspath $(CONTRACT_PY)) \

@@ -1,26 +1,23 @@
-"""Trainer callbacks: the run's logs, the live dashboard and the time budget.
+"""Trainer callbacks for a GRPO run: the live dashboard, the time budget, the run log.
 
-* :class:`MetricsLogCallback` appends every logged step to ``metrics.jsonl``.
-* :class:`CompletionsLogCallback` appends every completion of every step,
-  with each reward's score and its advantage, to ``completions.jsonl``.
-* :class:`DashboardCallback` redraws the training dashboard in a notebook every
-  few steps and saves it as ``figures/dashboard.png``.
-* :class:`TimeBudgetCallback` stops training cleanly within N minutes: after
-  the last step that the next one would overrun (a checkpoint is saved there,
-  so the run can be resumed later).
+Pass them to ``GRPOTrainer(callbacks=[...])``; they only read what TRL logs
+(``state.log_history``), so they work the same on TRL's trainer and on the one
+Unsloth patches.
 
-:func:`truncate_jsonl` drops log lines written after a checkpoint, so a resumed
-run neither repeats nor loses a step.
+* :class:`DashboardCallback` redraws the training curves in a notebook every
+  few steps (headless: one progress line per step) and saves
+  ``figures/dashboard.png``.
+* :class:`TimeBudgetCallback` stops training cleanly before the next step
+  would overrun a budget in minutes, saving a checkpoint there.
+* :class:`RunLogCallback` keeps ``metrics.jsonl`` in the run folder equal to
+  the trainer's log history: rewritten at every save and at the end, so a
+  resumed run (whose history comes back from the checkpoint) neither repeats
+  nor loses a step.
 
 Example:
-    >>> import tempfile, json
-    >>> from pathlib import Path
-    >>> p = Path(tempfile.mkdtemp()) / "metrics.jsonl"
-    >>> _ = p.write_text("".join(json.dumps({"step": s}) + "\\n" for s in (1, 2, 3)))
-    >>> truncate_jsonl(p, last_step=2)
-    1
-    >>> [json.loads(l)["step"] for l in p.read_text().splitlines()]
-    [1, 2]
+    >>> cb = TimeBudgetCallback(minutes=10)
+    >>> cb.stopped_at_step is None
+    True
 """
 
 from __future__ import annotations
@@ -35,182 +32,22 @@ from typing import Any, Callable
 from transformers import TrainerCallback
 
 METRICS_FILE = "metrics.jsonl"
-COMPLETIONS_FILE = "completions.jsonl"
-DASHBOARD_FILE = "dashboard.png"
 
 
-def _clean(value: Any) -> Any:
-    """JSON-safe value: NaN/inf become None, tensors and numpy scalars become floats."""
-    if hasattr(value, "item") and not isinstance(value, (list, dict, str)):
-        try:
-            value = value.item()
-        except (ValueError, TypeError):
-            return str(value)
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
-
-
-def append_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
-    """Append rows to a JSON-lines file (one object per line), flushed to disk.
+def step_logs(log_history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The per-step entries of a trainer's log history (the final summary entry left out),
+    with ``step`` and JSON-safe values (NaN and inf become None).
 
     Example:
-        >>> import tempfile; p = Path(tempfile.mkdtemp()) / "x.jsonl"
-        >>> append_jsonl(p, [{"step": 1}]); p.read_text()
-        '{"step": 1}\\n'
+        >>> step_logs([{"step": 1, "reward": float("nan")}, {"step": 1, "train_runtime": 3.0}])
+        [{'step': 1, 'reward': None}]
     """
-    if not rows:
-        return
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", encoding="utf-8") as fh:
-        for row in rows:
-            fh.write(json.dumps({k: _clean(v) for k, v in row.items()}, default=str) + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """All rows of a JSON-lines file ([] when it does not exist); a torn last line is skipped.
-
-    Example:
-        >>> read_jsonl(Path("/nonexistent.jsonl"))
-        []
-    """
-    path = Path(path)
-    if not path.is_file():
-        return []
-    rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        line = line.strip()
-        if not line:
+    out = []
+    for entry in log_history:
+        if "train_runtime" in entry or "step" not in entry:
             continue
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:  # a line cut by a kill mid-write
-            continue
-    return rows
-
-
-def truncate_jsonl(path: Path, last_step: int) -> int:
-    """Drop rows whose ``step`` is after ``last_step`` (and torn lines); return how many were dropped."""
-    path = Path(path)
-    if not path.is_file():
-        return 0
-    lines = path.read_text(encoding="utf-8").splitlines()
-    kept, dropped = [], 0
-    for line in lines:
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            dropped += 1
-            continue
-        if int(row.get("step", 0)) > last_step:
-            dropped += 1
-            continue
-        kept.append(line)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
-    os.replace(tmp, path)
-    return dropped
-
-
-class MetricsLogCallback(TrainerCallback):
-    """Append each training log (TRL's keys, plus ``step``) to ``<run>/metrics.jsonl``.
-
-    The final summary log of ``Trainer.train`` (``train_runtime`` ...) is kept
-    out: it is not a step.
-
-    Example:
-        >>> cb = MetricsLogCallback("/tmp/run")     # doctest: +SKIP
-    """
-
-    def __init__(self, run: str | Path) -> None:
-        self.path = Path(run) / METRICS_FILE
-        self.records: list[dict[str, Any]] = []
-
-    def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: D102
-        if not logs or "train_runtime" in logs:
-            return
-        row = {"step": int(state.global_step), **{k: _clean(v) for k, v in logs.items()}}
-        self.records.append(row)
-        append_jsonl(self.path, [row])
-
-
-class CompletionsLogCallback(TrainerCallback):
-    """Append every completion of a step to ``<run>/completions.jsonl``.
-
-    The trainer (:class:`helpers.training.CourseGRPOTrainer`) hands each scored
-    generation batch to :meth:`add`; rows are written at the end of the step
-    with that step's number, one JSON object per completion::
-
-        {"step", "prompt", "completion", "answer", "rewards": {name: score},
-         "reward", "advantage"}
-
-    Example:
-        >>> cb = CompletionsLogCallback("/tmp/run")    # doctest: +SKIP
-    """
-
-    def __init__(self, run: str | Path) -> None:
-        self.path = Path(run) / COMPLETIONS_FILE
-        self.pending: list[dict[str, Any]] = []
-        self.rows_written = 0
-
-    def add(self, rows: list[dict[str, Any]]) -> None:
-        self.pending.extend(rows)
-
-    def on_step_end(self, args, state, control, **kwargs):  # noqa: D102
-        if not self.pending:
-            return
-        rows = [{"step": int(state.global_step), **row} for row in self.pending]
-        self.pending = []
-        append_jsonl(self.path, rows)
-        self.rows_written += len(rows)
-
-
-class TimeBudgetCallback(TrainerCallback):
-    """Stop training within ``minutes`` and save a checkpoint.
-
-    Checked at the end of every step: when one more step as long as the last
-    would end past the budget, training stops there.
-
-    ``start`` (a ``time.time()`` value) lets time spent before training, e.g.
-    a warm-up, count against the budget. ``stopped_at_step`` tells whether and
-    where the budget stopped the run.
-
-    Example:
-        >>> cb = TimeBudgetCallback(minutes=10)
-        >>> cb.stopped_at_step is None
-        True
-    """
-
-    def __init__(self, minutes: float, start: float | None = None) -> None:
-        if minutes <= 0:
-            raise ValueError(f"time budget must be positive minutes, got {minutes!r}")
-        self.minutes = float(minutes)
-        self.start = start
-        self.stopped_at_step: int | None = None
-
-    def on_train_begin(self, args, state, control, **kwargs):  # noqa: D102
-        if self.start is None:
-            self.start = time.time()
-
-    def elapsed_minutes(self) -> float:
-        return 0.0 if self.start is None else (time.time() - self.start) / 60
-
-    def on_step_begin(self, args, state, control, **kwargs):  # noqa: D102
-        self._step_start = time.time()
-
-    def on_step_end(self, args, state, control, **kwargs):  # noqa: D102
-        # Stop when the next step (as long as this one) would end past the budget.
-        began = getattr(self, "_step_start", None)
-        last_step = (time.time() - began) / 60 if began is not None else 0.0
-        if self.elapsed_minutes() + last_step >= self.minutes and state.global_step < state.max_steps:
-            control.should_training_stop = True
-            control.should_save = True
-            self.stopped_at_step = int(state.global_step)
+        out.append({k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in entry.items()})
+    return out
 
 
 def _in_notebook() -> bool:
@@ -223,88 +60,116 @@ def _in_notebook() -> bool:
 
 
 class DashboardCallback(TrainerCallback):
-    """Live training dashboard: redrawn in a notebook every ``every`` logged steps.
+    """The training dashboard: reward, signal, length and loss curves.
 
-    Headless (scripts, CI) it only saves ``<run>/figures/dashboard.png`` at the
-    end of training and at every checkpoint save, so it costs nothing per step.
-
-    Example:
-        >>> cb = DashboardCallback("/tmp/run", every=5)    # doctest: +SKIP
+    In a notebook it is redrawn every ``every`` logged steps (``live=None``
+    detects a kernel); otherwise it prints one line per step. Either way the
+    figure is saved to ``<run>/figures/dashboard.png`` at every checkpoint and
+    at the end.
     """
 
     def __init__(self, run: str | Path, every: int = 5, live: bool | None = None,
-                 reward_names: list[str] | None = None) -> None:
-        self.path = Path(run) / "figures" / DASHBOARD_FILE
+                 print_fn: Callable[[str], None] = print) -> None:
+        self.path = Path(run) / "figures" / "dashboard.png"
         self.every = max(1, int(every))
         self.live = _in_notebook() if live is None else live
-        self.reward_names = reward_names
-        self.records: list[dict[str, Any]] = []
+        self.print_fn = print_fn
         self._handle: Any = None
         self._since_draw = 0
 
-    def _figure(self) -> Any:
+    def figure(self, state: Any) -> Any:
         from .plots import dashboard_figure
 
-        return dashboard_figure(self.records, reward_names=self.reward_names)
+        return dashboard_figure(step_logs(state.log_history))
 
-    def save(self) -> Path | None:
-        """Write the PNG now (None when nothing was logged yet)."""
-        if not self.records:
-            return None
-        fig = self._figure()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(self.path, dpi=90)
-        return self.path
+    def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: D102
+        if not logs or "train_runtime" in logs:
+            return
+        if not self.live:
+            if "reward" in logs:
+                self.print_fn(f"step {state.global_step:>4}/{state.max_steps}  " + "  ".join(
+                    f"{label} {'-' if logs.get(key) is None else format(logs[key], spec)}" for label, key, spec in (
+                        ("reward", "reward", ".3f"), ("std", "reward_std", ".3f"),
+                        ("zero-std", "frac_reward_zero_std", ".2f"), ("length", "completions/mean_length", ".1f"))))
+            return
+        self._since_draw += 1
+        if self._since_draw >= self.every:
+            self._since_draw = 0
+            self._draw(state)
 
-    def redraw(self) -> None:
+    def _draw(self, state: Any) -> None:
         from IPython.display import display
 
-        fig = self._figure()
+        fig = self.figure(state)
         if self._handle is None:
             self._handle = display(fig, display_id=True)
         else:
             self._handle.update(fig)
 
-    def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: D102
-        if not logs or "train_runtime" in logs:
-            return
-        self.records.append({"step": int(state.global_step), **{k: _clean(v) for k, v in logs.items()}})
-        self._since_draw += 1
-        if self.live and self._since_draw >= self.every:
-            self._since_draw = 0
-            self.redraw()
+    def save(self, state: Any) -> Path | None:
+        """Write the PNG now (None when nothing was logged yet)."""
+        if not step_logs(state.log_history):
+            return None
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.figure(state).savefig(self.path, dpi=90)
+        return self.path
 
     def on_save(self, args, state, control, **kwargs):  # noqa: D102
-        self.save()
+        self.save(state)
 
     def on_train_end(self, args, state, control, **kwargs):  # noqa: D102
         if self.live and self._since_draw:
-            self.redraw()
-        self.save()
+            self._draw(state)
+        self.save(state)
 
 
-class ProgressPrinter(TrainerCallback):
-    """Print one short line per logged step (reward, zero-std groups, length): handy in scripts.
+class TimeBudgetCallback(TrainerCallback):
+    """Stop training within ``minutes`` and save a checkpoint there.
 
-    Example:
-        >>> ProgressPrinter(print_fn=print).every
-        1
+    At the end of every step: when one more step as long as the last would end
+    past the budget, training stops. ``start`` (a ``time.time()``) makes earlier
+    work, e.g. a warm-up, count; ``stopped_at_step`` tells whether and where
+    the budget stopped the run.
     """
 
-    def __init__(self, every: int = 1, print_fn: Callable[[str], None] | None = None) -> None:
-        self.every = max(1, int(every))
-        self.print_fn = print_fn or print
+    def __init__(self, minutes: float, start: float | None = None) -> None:
+        if not minutes or minutes <= 0:
+            raise ValueError(f"A time budget is a positive number of minutes, got {minutes!r}.")
+        self.minutes, self.start = float(minutes), start
+        self.stopped_at_step: int | None = None
+        self._step_start = 0.0
 
-    def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: D102
-        if not logs or "reward" not in logs or state.global_step % self.every:
-            return
+    def on_train_begin(self, args, state, control, **kwargs):  # noqa: D102
+        if self.start is None:
+            self.start = time.time()
 
-        def fmt(key: str, spec: str = ".3f") -> str:
-            v = logs.get(key)
-            return "-" if v is None else format(v, spec)
+    def on_step_begin(self, args, state, control, **kwargs):  # noqa: D102
+        self._step_start = time.time()
 
-        self.print_fn(
-            f"step {state.global_step:>4}/{state.max_steps}  reward {fmt('reward')}  "
-            f"std {fmt('reward_std')}  zero-std groups {fmt('frac_reward_zero_std', '.2f')}  "
-            f"length {fmt('completions/mean_length', '.1f')}"
-        )
+    def on_step_end(self, args, state, control, **kwargs):  # noqa: D102
+        now = time.time()
+        if (now - self.start + now - self._step_start) / 60 >= self.minutes and state.global_step < state.max_steps:
+            control.should_training_stop = True
+            control.should_save = True
+            self.stopped_at_step = int(state.global_step)
+
+
+class RunLogCallback(TrainerCallback):
+    """Keep ``<run>/metrics.jsonl`` equal to the trainer's per-step log history (TRL's keys)."""
+
+    def __init__(self, run: str | Path) -> None:
+        self.path = Path(run) / METRICS_FILE
+
+    def write(self, state: Any) -> Path:
+        """Rewrite the file from ``state.log_history`` (atomically)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text("".join(json.dumps(row, default=str) + "\n" for row in step_logs(state.log_history)))
+        os.replace(tmp, self.path)
+        return self.path
+
+    def on_save(self, args, state, control, **kwargs):  # noqa: D102
+        self.write(state)
+
+    def on_train_end(self, args, state, control, **kwargs):  # noqa: D102
+        self.write(state)

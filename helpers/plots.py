@@ -1,46 +1,27 @@
-"""Figures of a GRPO run, drawn from its logged metrics (``metrics.jsonl`` rows).
+"""The course's figures: training dashboard, prompt lengths, reward spreads, the evaluation.
+
+Every function returns a matplotlib ``Figure`` built without pyplot's global
+state (nothing leaks between redraws); :func:`show_figure` displays one as a
+PNG on any backend, headless included, and can save it.
 
 Example:
     >>> rows = [{"step": 1, "reward": 0.2, "reward_std": 0.4, "frac_reward_zero_std": 0.5,
     ...          "completions/mean_length": 20, "completions/clipped_ratio": 0.0,
     ...          "rewards/correctness_reward/mean": 0.1}]
-    >>> fig = dashboard_figure(rows)
-    >>> [ax.get_title() for ax in fig.axes][:2]
+    >>> [ax.get_title() for ax in dashboard_figure(rows).axes][:2]
     ['Rewards (mean per step)', 'Signal: reward spread inside groups']
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Sequence
 
-REWARD_PREFIX = "rewards/"
 
+def _figure(*size: float) -> Any:
+    from matplotlib.figure import Figure
 
-def reward_names_in(records: Sequence[dict[str, Any]]) -> list[str]:
-    """Reward function names that appear as ``rewards/<name>/mean`` in the logs.
-
-    Example:
-        >>> reward_names_in([{"rewards/a/mean": 1, "rewards/a/std": 0}])
-        ['a']
-    """
-    names: list[str] = []
-    for rec in records:
-        for key in rec:
-            if key.startswith(REWARD_PREFIX) and key.endswith("/mean"):
-                name = key[len(REWARD_PREFIX) : -len("/mean")]
-                if name not in names:
-                    names.append(name)
-    return names
-
-
-def _series(records: Sequence[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:
-    xs, ys = [], []
-    for rec in records:
-        v = rec.get(key)
-        if v is not None and "step" in rec:
-            xs.append(int(rec["step"]))
-            ys.append(float(v))
-    return xs, ys
+    return Figure(figsize=size)
 
 
 def smooth(values: Sequence[float], window: int = 5) -> list[float]:
@@ -50,76 +31,138 @@ def smooth(values: Sequence[float], window: int = 5) -> list[float]:
         >>> smooth([0, 2, 4], window=2)
         [0.0, 1.0, 3.0]
     """
-    out, acc = [], []
-    for v in values:
-        acc.append(float(v))
-        if len(acc) > window:
-            acc.pop(0)
-        out.append(sum(acc) / len(acc))
-    return out
+    return [sum(values[max(0, i - window + 1):i + 1]) / len(values[max(0, i - window + 1):i + 1])
+            for i in range(len(values))]
 
 
-def _legend(ax: Any, loc: str = "best") -> None:
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7, loc=loc)
-
-
-def dashboard_figure(records: Sequence[dict[str, Any]], reward_names: list[str] | None = None,
-                     window: int = 5) -> Any:
-    """Four panels: total and per-reward means; reward_std and zero-std groups;
-    completion length and clipped ratio; KL (when beta > 0) or the loss.
-
-    Thin lines are the raw per-step values, thick lines a moving average.
-    """
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(11, 6.5))  # not registered with pyplot: nothing leaks between redraws
+def dashboard_figure(records: Sequence[dict[str, Any]], window: int = 5) -> Any:
+    """Four panels from TRL's per-step logs: the total and each reward's mean; ``reward_std`` and
+    ``frac_reward_zero_std``; completion length and clipped ratio; KL (``beta`` > 0) or the loss.
+    Thin lines are the raw values, thick ones a moving average."""
+    fig = _figure(11, 6.5)
     axes = fig.subplots(2, 2).ravel()
-    names = reward_names or reward_names_in(records)
+    names = list(dict.fromkeys(k[len("rewards/"):-len("/mean")] for r in records for k in r
+                               if k.startswith("rewards/") and k.endswith("/mean")))
 
     def line(ax: Any, key: str, label: str, color: str | None = None) -> bool:
-        xs, ys = _series(records, key)
-        if not xs:
+        pts = [(int(r["step"]), float(r[key])) for r in records if r.get(key) is not None and "step" in r]
+        if not pts:
             return False
+        xs, ys = zip(*pts)
         (raw,) = ax.plot(xs, ys, alpha=0.3, lw=1, color=color)
-        ax.plot(xs, smooth(ys, window), lw=2, color=raw.get_color(), label=label)
+        ax.plot(xs, smooth(list(ys), window), lw=2, color=raw.get_color(), label=label)
         return True
 
-    ax = axes[0]
-    line(ax, "reward", "total (weighted)", "black")
+    line(axes[0], "reward", "total (weighted)", "black")
     for name in names:
-        line(ax, f"{REWARD_PREFIX}{name}/mean", name)
-    ax.set_title("Rewards (mean per step)")
-    _legend(ax)
-
-    ax = axes[1]
-    line(ax, "reward_std", "reward_std")
-    line(ax, "frac_reward_zero_std", "groups with equal rewards")
-    ax.set_title("Signal: reward spread inside groups")
-    ax.set_ylim(bottom=0)
-    _legend(ax)
-
-    ax = axes[2]
-    line(ax, "completions/mean_length", "mean length (tokens)")
-    ax.set_title("Completion length")
-    twin = ax.twinx()
-    xs, ys = _series(records, "completions/clipped_ratio")
-    if xs:
-        twin.plot(xs, ys, color="tab:red", alpha=0.6, lw=1, label="clipped ratio")
-        twin.set_ylim(0, 1.05)
-        twin.set_ylabel("clipped ratio", color="tab:red")
-    _legend(ax, "upper left")
-
-    ax = axes[3]
-    if line(ax, "kl", "KL to reference"):
-        ax.set_title("KL (beta > 0)")
+        line(axes[0], f"rewards/{name}/mean", name)
+    axes[0].set_title("Rewards (mean per step)")
+    line(axes[1], "reward_std", "reward_std")
+    line(axes[1], "frac_reward_zero_std", "groups with equal rewards")
+    axes[1].set_title("Signal: reward spread inside groups")
+    axes[1].set_ylim(bottom=0)
+    line(axes[2], "completions/mean_length", "mean length (tokens)")
+    line(axes[2], "completions/clipped_ratio", "clipped ratio (0..1)", "tab:red")
+    axes[2].set_title("Completion length")
+    if line(axes[3], "kl", "KL to the reference"):
+        axes[3].set_title("KL (beta > 0)")
     else:
-        line(ax, "loss", "loss")
-        ax.set_title("Loss (near 0 is normal for GRPO)")
-    _legend(ax)
-
+        line(axes[3], "loss", "loss")
+        axes[3].set_title("Loss (not a progress measure in GRPO)")
     for ax in axes:
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
     fig.tight_layout()
     return fig
+
+
+def token_lengths_figure(lengths: Sequence[int], budget: int | None = None, title: str = "Prompt tokens") -> Any:
+    """Histogram of prompt lengths, the median and p99 marked, and the budget with how many are over it."""
+    from .data import length_stats
+
+    fig = _figure(7, 3.2)
+    ax = fig.subplots()
+    ax.hist(list(lengths), bins=min(50, max(5, len(set(lengths)))), color="#4c72b0")
+    stats = length_stats(lengths)
+    for key, style in (("p50", ":"), ("p99", "--")):
+        if stats["n"]:
+            ax.axvline(stats[key], color="gray", linestyle=style, label=f"{key} = {stats[key]:g}")
+    if budget is not None:
+        over = sum(1 for n in lengths if n > budget)
+        ax.axvline(budget, color="#c44e52", lw=2, label=f"budget {budget} ({over} over)")
+    ax.set(xlabel="tokens (chat template applied)", ylabel="prompts", title=title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def reward_spread_figure(table: Any, title: str | None = None) -> Any:
+    """One histogram per reward column of a :func:`helpers.reward_lab.score_table`, the total last
+    (``None`` scores left out and counted in the panel title)."""
+    columns = [c for c in table.columns if c != "completion" and str(table[c].dtype).startswith("float")]
+    fig = _figure(3.0 * len(columns), 2.6)
+    axes = fig.subplots(1, len(columns), squeeze=False)[0]
+    for ax, col in zip(axes, columns):
+        ok, missing = table[col].dropna(), int(table[col].isna().sum())
+        lo, hi = (float(ok.min()), float(ok.max())) if len(ok) else (0.0, 1.0)
+        pad = 0.05 * (hi - lo) if hi > lo else 0.5
+        ax.hist(ok, bins=21, range=(lo - pad, hi + pad), color="tab:orange" if col == "total" else "tab:blue",
+                edgecolor="white")
+        ax.set_title(col.removesuffix("_reward") + (f"\n({missing} n/a)" if missing else ""), fontsize=9)
+        ax.tick_params(labelsize=8)
+    axes[0].set_ylabel("completions", fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def evaluation_figure(table: Any, n_prompts: int | None = None) -> Any:
+    """Accuracy, format rate and correct rate for every side of a
+    :func:`helpers.evaluation.comparison_table`, and the mean lengths."""
+    sides = [c for c in table.columns if not str(c).startswith("gain")]
+    rates = [k for k in ("accuracy", "format_rate", "correct_rate") if k in table.index]
+    fig = _figure(10, 3.6)
+    ax1, ax2 = fig.subplots(1, 2, gridspec_kw={"width_ratios": [3, 1]})
+    width = 0.8 / len(sides)
+    colours = ["#9aa5b1", "#8fb8de", "#2f6fdf", "#1b3f8b"]
+    for j, side in enumerate(sides):
+        vals = [float(table.loc[k, side] or 0.0) for k in rates]
+        bars = ax1.bar([i + (j - (len(sides) - 1) / 2) * width for i in range(len(rates))], vals, width,
+                       label=side, color=colours[j % len(colours)])
+        ax1.bar_label(bars, labels=[f"{v:.0%}" for v in vals], fontsize=8)
+    ax1.set_xticks(range(len(rates)), [r.replace("_", " ") for r in rates])
+    ax1.set(ylim=(0, 1.15), ylabel="fraction of completions",
+            title=f"Held-out evaluation ({n_prompts} prompts)" if n_prompts else "Held-out evaluation")
+    ax1.legend(loc="upper left", fontsize=8)
+    if "mean_length" in table.index:
+        vals = [float(table.loc["mean_length", s] or 0.0) for s in sides]
+        bars = ax2.bar(range(len(sides)), vals, color=colours[: len(sides)])
+        ax2.set_xticks(range(len(sides)), sides, fontsize=7)
+        ax2.bar_label(bars, labels=[f"{v:.0f}" for v in vals], fontsize=8)
+        ax2.set_title("mean length (tokens)")
+    fig.tight_layout()
+    return fig
+
+
+def show_figure(fig: Any, path: str | Path | None = None) -> None:
+    """Display a figure as a PNG (any backend, headless too); with ``path`` also save it there.
+
+    Example:
+        >>> show_figure(dashboard_figure(rows), RUN / "figures" / "dashboard.png")   # doctest: +SKIP
+    """
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
+    if path is not None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_bytes(buf.getvalue())
+    try:
+        from IPython.display import Image, display
+
+        display(Image(buf.getvalue()))
+    except ImportError:  # plain Python: nothing to display on
+        pass

@@ -1,15 +1,18 @@
-"""Run folders: one self-describing folder per course run.
+"""Run folders: one self-describing folder per course run, written safely.
 
-Notebook 01 writes ``dataset/`` into it, 03 writes ``adapter/``, logs,
-completions and figures, 04 reads them and writes ``eval.json`` and
-``merged/``. ``COURSE_RUN_DIR`` names the folder (``make course`` sets it);
-otherwise notebooks share ``runs/lab-<profile>``.
+Notebook 01 writes ``dataset/`` into it, 03 writes ``grpo/`` (TRL's
+checkpoints and completion logs), ``adapter/``, ``warmup-adapter/`` and
+figures, 04 reads them and writes ``eval.json`` and ``merged/``.
+``COURSE_RUN_DIR`` names the folder (``make course`` sets it); otherwise the
+notebooks share ``runs/lab-<profile>``.
 
 Example:
-    >>> from helpers.runs import run_dir
-    >>> d = run_dir(profile_name="cpu-smoke")       # doctest: +SKIP
-    >>> d.name                                      # doctest: +SKIP
-    'lab-cpu-smoke'
+    >>> import tempfile, pathlib
+    >>> d = pathlib.Path(tempfile.mkdtemp()) / "out"
+    >>> with atomic_folder(d) as tmp:
+    ...     _ = (tmp / "x.txt").write_text("hi")
+    >>> (d / "x.txt").read_text()
+    'hi'
 """
 
 from __future__ import annotations
@@ -17,17 +20,23 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shutil
+import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from .config import Profile, runs_root
-from .versions import installed_versions
-
 
 
 def run_dir(profile_name: str | None = None, create: bool = True) -> Path:
-    """The current run folder: ``COURSE_RUN_DIR``, else ``runs/lab-<profile>``."""
+    """The current run folder: ``COURSE_RUN_DIR``, else ``runs/lab-<profile>``.
+
+    Example:
+        >>> run_dir("cpu-smoke", create=False).name      # doctest: +SKIP
+        'lab-cpu-smoke'
+    """
     env = os.environ.get("COURSE_RUN_DIR", "").strip()
     if env:
         path = Path(env).expanduser()
@@ -42,8 +51,14 @@ def run_dir(profile_name: str | None = None, create: bool = True) -> Path:
     return path
 
 
-def write_json(path: Path, data: Any) -> Path:
-    """Write JSON atomically (temporary file, then rename)."""
+def write_json(path: str | Path, data: Any) -> Path:
+    """Write JSON atomically (a temporary file, then a rename).
+
+    Example:
+        >>> import tempfile; p = write_json(Path(tempfile.mkdtemp()) / "a.json", {"x": 1})
+        >>> read_json(p)
+        {'x': 1}
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
@@ -52,23 +67,74 @@ def write_json(path: Path, data: Any) -> Path:
     return path
 
 
-def read_json(path: Path) -> Any:
+def read_json(path: str | Path) -> Any:
+    """The parsed JSON file."""
     return json.loads(Path(path).read_text())
 
 
-def record_run_info(run: Path, profile: Profile, **extra: Any) -> Path:
-    """Write ``run.json`` (profile, model, versions, machine) into a run folder.
+@contextmanager
+def atomic_folder(out_dir: str | Path, overwrite: bool = False) -> Iterator[Path]:
+    """Yield a temporary folder beside ``out_dir``; rename it into place when the block succeeds.
 
-    Keeps earlier keys, so every notebook can add what it knows.
+    An existing non-empty ``out_dir`` is refused unless ``overwrite=True``; on
+    any error the temporary folder is removed and ``out_dir`` is untouched, so a
+    half-written model or dataset never looks complete.
     """
+    out_dir = Path(out_dir)
+    if out_dir.exists() and any(out_dir.iterdir()) and not overwrite:
+        raise FileExistsError(
+            f"{out_dir} already exists and is not empty, so nothing was written. "
+            "Pass overwrite=True to replace it, or choose another folder.")
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-writing-", dir=out_dir.parent))
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    old = None
+    if out_dir.exists():
+        old = out_dir.with_name(f".{out_dir.name}-old-{time.time_ns()}")
+        os.replace(out_dir, old)
+    os.replace(tmp, out_dir)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def check_free_disk(folder: str | Path, needed_bytes: int, what: str = "the merged model") -> int:
+    """Raise ``OSError`` naming the shortfall unless ``folder``'s disk has ``needed_bytes`` free.
+
+    Returns the free bytes.
+
+    Example:
+        >>> check_free_disk(".", 1) > 0
+        True
+    """
+    probe = Path(folder)
+    while not probe.exists():
+        probe = probe.parent
+    free = shutil.disk_usage(probe).free
+    if free < needed_bytes:
+        raise OSError(
+            f"Not enough disk for {what}: it needs about {needed_bytes / 1e9:.2f} GB in {probe}, and "
+            f"{free / 1e9:.2f} GB are free. Delete old runs/ folders or checkpoints, or keep only the "
+            "adapter (a few MB) and merge on a machine with more disk.")
+    return free
+
+
+def record_run_info(run: str | Path, profile: Profile, **extra: Any) -> Path:
+    """Add the profile, library versions and machine to ``run.json``, keeping earlier keys.
+
+    Example:
+        >>> record_run_info(RUN, PROFILE, training={"adapter": "adapter"})   # doctest: +SKIP
+    """
+    from .preflight import installed_versions
+
     path = Path(run) / "run.json"
     info: dict[str, Any] = read_json(path) if path.is_file() else {}
     info.setdefault("created", time.strftime("%Y-%m-%dT%H:%M:%S"))
-    info.update(
-        profile=profile.to_dict(),
-        versions=installed_versions(),
-        machine={"python": platform.python_version(), "platform": platform.platform(),
-                 "cpus": os.cpu_count()},
-    )
+    info.update(profile=profile.to_dict(), versions=installed_versions(),
+                machine={"python": platform.python_version(), "platform": platform.platform(),
+                         "cpus": os.cpu_count()})
     info.update(extra)
     return write_json(path, info)

@@ -1,4 +1,7 @@
-"""The synthetic ``arithmetic`` task: problems generated offline from a seed.
+"""Where a profile's rows come from: the synthetic ``arithmetic`` task, GSM8K, the course's data files.
+
+The ``arithmetic`` task is generated offline from a seed (no download), so the
+CPU profiles need no hub.
 
 Each difficulty level is one entry of :data:`LEVELS`, a plain dict, so adding a
 level is one line::
@@ -24,9 +27,14 @@ Example:
 
 from __future__ import annotations
 
+import os
 import random
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+#: A folder with GSM8K's ``train.jsonl``/``test.jsonl`` (for machines without the Hub).
+GSM8K_DIR_ENV = "COURSE_GSM8K_DIR"
 
 OPERATORS = ("+", "-", "*")
 
@@ -210,3 +218,73 @@ def level_table() -> list[dict[str, Any]]:
          "example": generate_arithmetic(1, name, seed=0)[0]["question"]}
         for name, lvl in LEVELS.items()
     ]
+
+
+def load_gsm8k(source: str | Path | None = None) -> Any:
+    """GSM8K's ``train`` and ``test`` splits: from the Hub, or from a folder of ``train.jsonl``/``test.jsonl``.
+
+    ``source`` defaults to ``$COURSE_GSM8K_DIR`` when set, else the Hub
+    (``load_dataset("openai/gsm8k", "main")``, notebook 01's call).
+    """
+    from datasets import load_dataset
+
+    source = source or os.environ.get(GSM8K_DIR_ENV, "").strip() or "hub"
+    if source != "hub":
+        files = {s: str(Path(source) / f"{s}.jsonl") for s in ("train", "test")}
+        missing = [f for f in files.values() if not Path(f).is_file()]
+        if missing:
+            raise FileNotFoundError(f"No GSM8K file at {missing[0]}: give a folder holding train.jsonl and "
+                                    "test.jsonl (one JSON object per line with 'question' and 'answer').")
+        return load_dataset("json", data_files=files)
+    try:
+        return load_dataset("openai/gsm8k", "main")
+    except Exception as exc:  # noqa: BLE001 - offline, auth or cache: the same advice
+        raise ConnectionError(
+            f"Could not load 'openai/gsm8k' from the Hugging Face Hub ({type(exc).__name__}: {exc}). Offline, "
+            f"put train.jsonl and test.jsonl in a folder and set {GSM8K_DIR_ENV} to it, or use a CPU profile "
+            "(COURSE_PROFILE=cpu-demo), whose arithmetic task needs no download.") from exc
+
+
+def task_rows(profile: Any) -> tuple[Any, Any, dict[str, Any]]:
+    """``(rows, eval_source, source)`` for a profile's task, before any checks."""
+    if profile.task == "arithmetic":
+        rows = generate_arithmetic(profile.train_rows + profile.eval_rows, profile.task_level, seed=profile.seed)
+        return rows, None, {"task": "arithmetic", "level": profile.task_level, "seed": profile.seed}
+    if profile.task == "gsm8k":
+        gsm8k = load_gsm8k()
+        return gsm8k["train"], gsm8k["test"], {"task": "gsm8k", "eval_from": "test split"}
+    raise ValueError(f"Unknown task {profile.task!r} in profile {profile.name!r}: use 'arithmetic' or 'gsm8k' "
+                     "(or prepare your own rows with prepare_dataset and save_prepared).")
+
+
+def data_file(name: str) -> Path:
+    """Path of a file shipped in the course's ``data/`` folder.
+
+    Found in the checkout (editable install); on a bare install (Colab) fetched
+    once from the course repository into the cache folder.
+
+    Example:
+        >>> data_file("custom_example.csv").name
+        'custom_example.csv'
+    """
+    from .config import REPO_BRANCH, REPO_URL, cache_dir, project_root
+
+    root = project_root()
+    if root is not None and (root / "data" / name).is_file():
+        return root / "data" / name
+    cached = cache_dir() / "data" / name
+    if not cached.is_file():
+        url = REPO_URL.replace("github.com", "raw.githubusercontent.com") + f"/{REPO_BRANCH}/data/{name}"
+        try:
+            import urllib.request
+
+            with urllib.request.urlopen(url, timeout=20) as resp:
+                payload = resp.read()
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            cached.with_name(cached.name + ".part").write_bytes(payload)
+            os.replace(cached.with_name(cached.name + ".part"), cached)
+        except Exception as exc:  # noqa: BLE001 - any failure gets the same advice
+            raise FileNotFoundError(
+                f"The course data file {name!r} is not in a checkout and could not be fetched from {url} ({exc}). "
+                f"Clone the course repository and `pip install -e .` from it, or put the file at {cached}.") from exc
+    return cached

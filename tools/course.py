@@ -1,16 +1,16 @@
 """Run the whole course headless, and keep Colab links pointing at one repository.
 
-``python -m helpers.course run`` executes every notebook in ``notebooks/`` in
+``python tools/course.py run`` executes every notebook in ``notebooks/`` in
 order with nbclient, on the detected profile, streaming each cell's output, and
 writes one run folder: ``runs/<time>-<profile>/`` with the executed notebooks,
 the figures, ``summary.md`` and ``summary.json``. A failing cell stops the run
 and is named (notebook, cell number, first line of code).
 
-``python -m helpers.course badges`` rewrites every Colab badge and install
+``python tools/course.py badges`` rewrites every Colab badge and install
 line from :data:`helpers.config.REPO_URL`.
 
 Example:
-    $ python -m helpers.course run --profile cpu-smoke
+    $ python tools/course.py run --profile cpu-smoke
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .config import REPO_BRANCH, REPO_URL, detect_profile, get_profile, project_root, runs_root
+from helpers.config import REPO_BRANCH, REPO_URL, detect_profile, get_profile, project_root, runs_root
 
 
 class NotebookFailed(RuntimeError):
@@ -152,12 +152,11 @@ def write_summary(run: Path, profile: str, model: str, timings: dict[str, float]
         lines += ["## Failure", "", "```", error, "```", ""]
     lines += ["## Notebooks", "", "| notebook | seconds |", "|---|---|"]
     lines += [f"| {k} | {v:.0f} |" for k, v in timings.items()]
-    if isinstance(evaluation, dict) and "base" in evaluation and "trained" in evaluation:
-        lines += ["", "## Before and after training (held-out prompts)", "",
+    if isinstance(evaluation, dict) and evaluation.get("sides"):
+        lines += ["", "## Held-out evaluation", "",
                   "| | accuracy | format rate | mean length |", "|---|---|---|---|"]
-        for key in ("base", "trained"):
-            e = evaluation[key]
-            lines.append(f"| {key} | {e.get('accuracy', float('nan')):.1%} | "
+        for side, e in evaluation["sides"].items():
+            lines.append(f"| {side} | {e.get('accuracy', float('nan')):.1%} | "
                          f"{e.get('format_rate', float('nan')):.1%} | {e.get('mean_length', float('nan')):.1f} |")
     if figures:
         lines += ["", "## Figures", ""] + [f"- [{f}]({f})" for f in figures]
@@ -209,7 +208,7 @@ def fix_badges(root: Path | None = None) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m helpers.course", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python tools/course.py", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="execute every notebook in order into a new run folder")
     r.add_argument("--profile", help="profile name (default: COURSE_PROFILE or detected)")

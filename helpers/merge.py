@@ -1,0 +1,105 @@
+"""Merge safety: how much disk a merge needs, what dtype it wrote, and whether it is right.
+
+Notebook 04 merges in its cells, with the libraries' own calls:
+``PeftModel.from_pretrained(base, adapter).merge_and_unload().save_pretrained(...)``
+on a CPU, Unsloth's ``model.save_pretrained_merged(..., save_method="merged_16bit")``
+on a GPU. This module holds the checks around them.
+
+Example:
+    >>> from helpers.config import get_profile
+    >>> round(merged_size_bytes(get_profile("cpu-smoke"), "float32") / 1e6)
+    567
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+#: Bytes per weight of each dtype a merge can write.
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+
+def merged_size_bytes(profile: Any, dtype: str) -> int:
+    """Bytes a merged copy of the profile's model takes on disk (weights + 5%).
+
+    Example:
+        >>> from helpers.config import get_profile
+        >>> merged_size_bytes(get_profile("colab-t4"), "bfloat16") > 3e9
+        True
+    """
+    from .config import get_model_spec
+
+    if dtype not in DTYPE_BYTES:
+        raise ValueError(f"dtype={dtype!r}: choose one of {sorted(DTYPE_BYTES)}.")
+    return int(get_model_spec(profile.model).params_b * 1e9 * DTYPE_BYTES[dtype] * 1.05)
+
+
+def saved_dtype(model_dir: str | Path) -> str | None:
+    """The dtype a saved model folder declares in its ``config.json`` (what was really written).
+
+    Example:
+        >>> saved_dtype(RUN / "merged")     # doctest: +SKIP
+        'float32'
+    """
+    try:
+        config = json.loads((Path(model_dir) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    value = config.get("dtype") or config.get("torch_dtype") or config.get("text_config", {}).get("dtype")
+    return str(value) if value else None
+
+
+@dataclass
+class VerifyReport:
+    """Greedy outputs of the adapter model and of the reloaded merged model, prompt by prompt."""
+
+    adapter_outputs: list[str]
+    merged_outputs: list[str]
+
+    @property
+    def matches(self) -> list[bool]:
+        return [a == m for a, m in zip(self.adapter_outputs, self.merged_outputs)]
+
+    @property
+    def all_match(self) -> bool:
+        return bool(self.matches) and all(self.matches)
+
+    def table(self, max_chars: int = 80) -> Any:
+        """The comparison as a DataFrame, for the notebook."""
+        import pandas as pd
+
+        def clip(t: str) -> str:
+            t = t.replace("\n", " \u21b5 ")
+            return t if len(t) <= max_chars else t[: max_chars - 1] + "\u2026"
+
+        return pd.DataFrame({"adapter model": [clip(t) for t in self.adapter_outputs],
+                             "merged model": [clip(t) for t in self.merged_outputs], "same": self.matches})
+
+    def __str__(self) -> str:
+        return (f"{sum(self.matches)}/{len(self.matches)} prompts give the same greedy output from the adapter "
+                "model and the merged model")
+
+
+def verify_merged(adapter_model: Any, merged_model: Any, tokenizer: Any, prompts: Sequence[Any],
+                  max_new_tokens: int = 32, adapter: str | Path | None = None) -> VerifyReport:
+    """Greedy outputs of the adapter model and the merged model on the same prompts.
+
+    Compare like with like: a merged model is the *full-precision* base plus
+    the LoRA update, so the adapter side must run on the same full-precision
+    base (a 4-bit base rounds differently and diverges after some tokens even
+    when the merge is right). Then greedy decoding gives the same text.
+    ``adapter`` is the LoRA request on a vLLM engine.
+
+    Example:
+        >>> report = verify_merged(model, merged, tok, prompts[:4])   # doctest: +SKIP
+        >>> report.all_match                                          # doctest: +SKIP
+        True
+    """
+    from .generation import SamplingSettings, generate
+
+    settings = SamplingSettings(max_new_tokens=max_new_tokens, temperature=0.0)
+    return VerifyReport([o[0] for o in generate(adapter_model, tokenizer, prompts, settings, adapter=adapter)],
+                        [o[0] for o in generate(merged_model, tokenizer, prompts, settings)])

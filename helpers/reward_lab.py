@@ -1,0 +1,227 @@
+"""Testing rewards before GRPO does: cases, score tables, group advantages.
+
+- :class:`RewardCase` + :func:`check_cases`: hand-written completions with the
+  score each reward should give, as a pass/fail table (:func:`assert_cases`
+  raises with it; the course's own tests use it).
+- :func:`score_table`: every reward's score for a list of completions, called
+  exactly as TRL calls them, plus the weighted ``total`` TRL logs as ``reward``.
+- :func:`group_advantages`: the advantages TRL 1.13's ``GRPOTrainer`` computes
+  from those totals (a test checks it against the trainer itself).
+
+Rewards are given as a list of functions or of ``(function, weight)`` pairs
+(a preset from :func:`helpers.rewards.get_preset`).
+
+Example:
+    >>> from helpers.rewards import correctness_reward, strict_format_reward
+    >>> cases = [RewardCase("<reasoning>\\n1+1=2\\n</reasoning>\\n<answer>\\n2\\n</answer>",
+    ...                     {"correctness_reward": 2.0, "strict_format_reward": 1.0}, answer="2")]
+    >>> bool(check_cases(cases, [correctness_reward, strict_format_reward])["passed"].all())
+    True
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from .rewards import completion_text
+
+
+def weighted(rewards: Any) -> list[tuple[str, Any, float]]:
+    """``[(name, function, weight)]`` from a function, a list of functions, or ``(function, weight)``
+    pairs; names must be distinct (TRL logs rewards by ``__name__``).
+
+    Example:
+        >>> from helpers.rewards import get_preset
+        >>> [(n, w) for n, _, w in weighted(get_preset("arithmetic"))][:1]
+        [('correctness_reward', 1.0)]
+    """
+    items = [rewards] if callable(rewards) else list(rewards)
+    out = []
+    for item in items:
+        func, weight = item if isinstance(item, tuple) else (item, 1.0)
+        if not callable(func):
+            raise TypeError(f"Expected a reward function or a (function, weight) pair, got {item!r}.")
+        out.append((getattr(func, "__name__", type(func).__name__), func, float(weight)))
+    names = [n for n, _, _ in out]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ValueError(f"Two rewards share the name(s) {dupes}: TRL logs rewards by __name__, so give "
+                         "each function a distinct name.")
+    return out
+
+
+@dataclass
+class RewardCase:
+    """One hand-written completion and the score each named reward should give it.
+
+    ``expected`` maps reward names to a float, or ``None`` for "does not apply".
+    ``answer``, ``prompt``, ``completion_ids`` and ``columns`` are what the
+    trainer would pass alongside the completion.
+    """
+
+    completion: Any
+    expected: dict[str, float | None]
+    answer: Any = None
+    prompt: Any = None
+    completion_ids: list[int] | None = None
+    note: str = ""
+    columns: dict[str, Any] = field(default_factory=dict)
+
+
+def _short(text: str, width: int | None = 48) -> str:
+    one = text.replace("\n", "\\n")
+    return one if width is None or len(one) <= width else one[: width - 3] + "..."
+
+
+def _same(got: Any, want: Any, tol: float) -> bool:
+    if want is None or got is None:
+        return want is None and got is None
+    try:
+        return abs(float(got) - float(want)) <= tol
+    except (TypeError, ValueError):
+        return False
+
+
+def check_cases(cases: Sequence[RewardCase], rewards: Any, tol: float = 1e-6) -> Any:
+    """Run every case through every reward it names; one row per (case, reward).
+
+    Columns: ``case``, ``note``, ``completion`` (shortened), ``reward``,
+    ``expected``, ``got``, ``passed``. A case naming a reward not in ``rewards``
+    fails with ``got="missing"``, and a reward that raises fails with the
+    error, so neither a typo nor a crash can pass.
+    """
+    import pandas as pd
+
+    funcs = {name: f for name, f, _ in weighted(rewards)}
+    rows = []
+    for i, case in enumerate(cases):
+        cols = {k: [v] for k, v in case.columns.items()}
+        if case.answer is not None:
+            cols["answer"] = [case.answer]
+        for name, want in case.expected.items():
+            got: Any = "missing"
+            if name in funcs:
+                try:
+                    got = funcs[name](prompts=[case.prompt], completions=[case.completion],
+                                      completion_ids=None if case.completion_ids is None else [case.completion_ids],
+                                      **cols)[0]
+                except Exception as exc:  # noqa: BLE001 - shown as a failing row
+                    got = f"raised {type(exc).__name__}: {exc}"
+            rows.append(dict(case=i, note=case.note, completion=_short(completion_text(case.completion)),
+                             reward=name, expected=want, got=got,
+                             passed=not isinstance(got, str) and _same(got, want, tol)))
+    return pd.DataFrame(rows, columns=["case", "note", "completion", "reward", "expected", "got", "passed"])
+
+
+def assert_cases(cases: Sequence[RewardCase], rewards: Any, tol: float = 1e-6) -> Any:
+    """:func:`check_cases`, raising ``AssertionError`` that lists every failing row."""
+    table = check_cases(cases, rewards, tol)
+    failed = table[~table["passed"]]
+    if len(failed):
+        raise AssertionError(f"{len(failed)} of {len(table)} reward checks failed:\n"
+                             + failed.to_string(index=False, max_colwidth=60))
+    return table
+
+
+def score_table(completions: Sequence[Any], rewards: Any, prompts: Sequence[Any] | None = None,
+                completion_ids: Sequence[Sequence[int]] | None = None, width: int | None = 60,
+                **columns: Sequence[Any]) -> Any:
+    """One row per completion, one column per reward, and ``total``: the weighted sum TRL logs as
+    ``reward`` (``None`` scores skipped, as TRL's ``nansum``; NaN only when every reward said ``None``).
+
+    ``columns`` are dataset columns (``answer=[...]``), one value per completion,
+    passed to every reward as TRL passes them. ``width`` shortens the completion
+    column (``None``: full text).
+
+    Example:
+        >>> from helpers.rewards import correctness_reward, numeric_answer_reward
+        >>> t = score_table(["<answer>4</answer>", "<answer>5</answer>"],
+        ...                 [(correctness_reward, 1.0), (numeric_answer_reward, 0.5)], answer=["4", "4"])
+        >>> t["total"].tolist()
+        [2.25, 0.25]
+    """
+    import pandas as pd
+
+    comps = list(completions)
+    n = len(comps)
+    for key, values in columns.items():
+        if len(values) != n:
+            raise ValueError(f"Column {key!r} has {len(values)} values for {n} completions: repeat each "
+                             "prompt's value for each of its completions, as TRL does.")
+    data: dict[str, Any] = {"completion": [_short(completion_text(c), width) for c in comps]}
+    total, seen = [0.0] * n, [False] * n
+    for name, func, weight in weighted(rewards):
+        scores = func(prompts=None if prompts is None else list(prompts), completions=comps,
+                      completion_ids=None if completion_ids is None else [list(x) for x in completion_ids],
+                      **{k: list(v) for k, v in columns.items()})
+        if len(scores) != n:
+            raise ValueError(f"Reward {name!r} returned {len(scores)} scores for {n} completions.")
+        data[name] = [math.nan if s is None else float(s) for s in scores]
+        for i, v in enumerate(data[name]):
+            if not math.isnan(v):
+                total[i] += weight * v
+                seen[i] = True
+    data["total"] = [t if s else math.nan for t, s in zip(total, seen)]
+    return pd.DataFrame(data)
+
+
+@dataclass
+class GroupAdvantages:
+    """Per completion: ``rewards``, ``advantages``; per group: ``group_mean``, ``group_std``;
+    ``frac_zero_std``: the share of completions in groups whose rewards are all equal."""
+
+    rewards: list[float]
+    advantages: list[float]
+    group_mean: list[float]
+    group_std: list[float]
+    frac_zero_std: float
+    group_size: int
+
+    def to_frame(self) -> Any:
+        """One row per completion: group, reward, group mean and std, advantage."""
+        import pandas as pd
+
+        g = self.group_size
+        idx = range(len(self.rewards))
+        return pd.DataFrame(dict(group=[i // g for i in idx], reward=self.rewards,
+                                 group_mean=[self.group_mean[i // g] for i in idx],
+                                 group_std=[self.group_std[i // g] for i in idx], advantage=self.advantages))
+
+
+def group_advantages(rewards: Sequence[Any], group_size: int, scale: str = "group") -> GroupAdvantages:
+    """Group-relative advantages as TRL 1.13's ``GRPOTrainer`` computes them from the totals.
+
+    ``rewards``: one total per completion, each prompt's ``group_size``
+    completions consecutive (TRL's order); ``None``/NaN is "no score" (its
+    advantage is 0). ``scale`` is TRL's ``scale_rewards``: ``"group"``
+    (r - group mean) / (group std + 1e-4), ``"batch"`` (divided by the std of
+    the whole batch instead), ``"none"`` (no division: Dr. GRPO). The std is
+    Bessel-corrected (torch's default, TRL's ``nanstd``).
+
+    Example:
+        >>> a = group_advantages([1.0, 0.0, 0.0, 0.0, 2.0, 2.0, 2.0, 2.0], group_size=4)
+        >>> [round(x, 3) for x in a.advantages[:4]], a.advantages[4:], a.frac_zero_std
+        ([1.5, -0.5, -0.5, -0.5], [0.0, 0.0, 0.0, 0.0], 0.5)
+    """
+    import torch
+    from trl.trainer.utils import nanstd
+
+    if scale not in ("group", "batch", "none"):
+        raise ValueError(f"scale must be 'group', 'batch' or 'none' (TRL's scale_rewards), got {scale!r}.")
+    totals = torch.tensor([math.nan if r is None else float(r) for r in rewards], dtype=torch.float32)
+    if group_size < 2 or totals.numel() % group_size:
+        raise ValueError(f"{totals.numel()} rewards do not split into groups of {group_size} (>= 2): pass every "
+                         "completion of every prompt, grouped consecutively (num_generations per prompt).")
+    grouped = totals.view(-1, group_size)
+    mean = torch.nanmean(grouped, dim=1)
+    std = nanstd(grouped, dim=1)
+    used = nanstd(totals).expand_as(totals) if scale == "batch" else std.repeat_interleave(group_size)
+    adv = totals - mean.repeat_interleave(group_size)
+    if scale != "none":
+        adv = adv / (used + 1e-4)
+    zero = torch.isclose(used, torch.zeros_like(used))  # what TRL logs as frac_reward_zero_std
+    return GroupAdvantages(rewards=totals.tolist(), advantages=torch.nan_to_num(adv, nan=0.0).tolist(),
+                           group_mean=mean.tolist(), group_std=std.tolist(),
+                           frac_zero_std=float(zero.float().mean()), group_size=group_size)
