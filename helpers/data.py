@@ -90,7 +90,7 @@ def clean_answer(value: Any) -> str | None:
     text = "" if value is None else str(value).strip()
     if not text:
         return None
-    return extract_hash_answer(text) if "####" in text else normalize_number(text) or text
+    return (extract_hash_answer(text) if "####" in text else normalize_number(text) or text) or None
 
 
 def solution_text(gsm8k_answer: str) -> str:
@@ -360,7 +360,7 @@ def load_prepared(path: str | Path) -> Any:
                         "RUN) or run notebook 01_dataset_prep.")
     splits = load_from_disk(str(path))
     for name in ("train", "eval"):
-        missing = [c for c in REQUIRED_COLUMNS if c not in splits.get(name, splits["train"]).column_names]
+        missing = [c for c in REQUIRED_COLUMNS if name in splits and c not in splits[name].column_names]
         if name not in splits or missing:
             raise DataError(f"{path} lacks the {name!r} split or its columns {missing or list(REQUIRED_COLUMNS)}. "
                             "Delete the folder and rebuild it with ensure_prepared(PROFILE, RUN).")

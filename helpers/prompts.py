@@ -128,8 +128,8 @@ def installed_prefill(tokenizer: Any) -> str:
     template = getattr(tokenizer, "chat_template", None) or ""
     if _MARK not in template:
         return ""
-    literal = template.split(_MARK, 1)[1].split("{{", 1)[1].split("}}", 1)[0].strip()
-    return json.loads(literal)
+    block = template.split(_MARK, 1)[1]
+    return json.JSONDecoder().raw_decode(block[block.index("{{") + 2:].lstrip())[0]
 
 
 def render(tokenizer: Any, prompt: Any, **chat_template_kwargs: Any) -> str:

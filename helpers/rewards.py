@@ -31,6 +31,7 @@ Example:
 from __future__ import annotations
 
 import re
+from collections import deque
 from typing import Any, Callable, Sequence
 
 from .prompts import ANSWER_END, ANSWER_START, PREFILL, REASONING_END, REASONING_START
@@ -177,6 +178,15 @@ def find_numbers(text: Any, limit: int = 1000) -> list[str]:
     return out
 
 
+def _last_number(text: str) -> str | None:
+    """The last number of the text, normalised (:func:`find_numbers` stops at its limit)."""
+    for m in reversed(deque(_NUMBER_IN_TEXT.finditer(text), maxlen=64)):
+        n = normalize_number(m.group(0).rstrip(","))
+        if n is not None:
+            return n
+    return None
+
+
 def answer_matches(pred: Any, gold: Any) -> bool:
     """THE course's definition of a right answer: equal numbers once normalised, or, when the
     gold answer is not a number, equal stripped text. Used by the rewards and the evaluation.
@@ -316,8 +326,8 @@ def partial_correctness_reward(completions: Any, answer: Sequence[Any], **kwargs
         elif block is not None and g in find_numbers(block):
             out.append(0.5)
         else:
-            nums = find_numbers(t.replace(ANSWER_END, " ").replace(REASONING_END, " "))
-            out.append(0.25 if nums and nums[-1] == g else 0.0)
+            last = _last_number(t.replace(ANSWER_END, " ").replace(REASONING_END, " "))
+            out.append(0.25 if last == g else 0.0)
     return out
 
 

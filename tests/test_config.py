@@ -1,4 +1,7 @@
-"""Profiles, detection, the model registry and paths."""
+"""helpers.config: profiles, detection, the model registry, the GRPO recipe fields and paths."""
+
+import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -101,3 +104,70 @@ def test_paths_follow_the_environment(monkeypatch, tmp_path):
     assert config.runs_root() == tmp_path / "r"
     monkeypatch.delenv("COURSE_RUNS")
     assert config.runs_root() == config.project_root() / "runs"
+
+
+def test_cache_dir_defaults_to_the_user_cache(monkeypatch):
+    from platformdirs import user_cache_dir
+
+    monkeypatch.delenv("COURSE_CACHE", raising=False)
+    assert config.cache_dir() == Path(user_cache_dir("grpo-course"))
+
+
+def test_every_profile_times_the_five_notebooks():
+    notebooks = sorted(p.stem for p in (config.project_root() / "notebooks").glob("*.ipynb"))
+    assert len(notebooks) == 5
+    for p in PROFILES.values():
+        assert sorted(p.minutes) == notebooks and all(m > 0 for m in p.minutes.values()), p.name
+
+
+def test_sizes_fit_together():
+    for p in PROFILES.values():
+        assert p.max_prompt_tokens + p.max_completion_length <= p.max_seq_length, p.name
+        assert 0 < p.eval_prompts <= p.eval_rows, p.name
+        assert p.scale_rewards in ("group", "batch", "none") and p.save_steps <= p.max_steps, p.name
+
+
+def test_cpu_tasks_can_generate_every_row_they_ask_for():
+    from helpers.tasks import LEVELS, generate_arithmetic
+
+    for p in PROFILES.values():
+        assert p.task in ("arithmetic", "gsm8k") and p.warmup_level in LEVELS, p.name
+        if p.task == "arithmetic":
+            rows = generate_arithmetic(p.train_rows + p.eval_rows, p.task_level, seed=p.seed)
+            assert len(rows) == p.train_rows + p.eval_rows
+
+
+def test_every_profile_names_a_reward_preset_and_the_course_prefill():
+    from helpers.prompts import PREFILL
+    from helpers.rewards import PRESETS, get_preset
+
+    for p in PROFILES.values():
+        assert p.reward_preset in PRESETS and p.prefill == PREFILL, p.name
+        names = [f.__name__ for f, _ in get_preset(p.reward_preset, prefill=p.prefill)]
+        assert "prefilled_strict_format_reward" in names, p.name
+    assert {p.name: p.reward_preset for p in PROFILES.values()} == {
+        "cpu-smoke": "arithmetic", "cpu-demo": "arithmetic", "colab-t4": "gsm8k", "gpu-large": "gsm8k"}
+
+
+def test_gpu_profiles_share_the_gpu_recipe():
+    for name in ("colab-t4", "gpu-large"):
+        p = PROFILES[name]
+        assert (p.optim, p.weight_decay, p.max_grad_norm, p.mask_truncated_completions) == (
+            "adamw_8bit", 0.1, 0.1, True), name
+    for name in ("cpu-smoke", "cpu-demo"):
+        p = PROFILES[name]
+        assert (p.optim, p.mask_truncated_completions) == ("adamw_torch", False), name  # bitsandbytes 8-bit Adam: GPU
+
+
+def test_qwen3_models_turn_thinking_off():
+    for key, spec in MODELS.items():
+        want = {"enable_thinking": False} if key.startswith("qwen3") else {}
+        assert spec.chat_template_kwargs == want, key
+    assert MODELS["smollm2-135m"].chat_template_kwargs is not MODELS["qwen2.5-1.5b"].chat_template_kwargs
+
+
+def test_profiles_are_frozen_and_round_trip_through_dicts():
+    p = PROFILES["cpu-smoke"]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.max_steps = 5
+    assert config.Profile(**p.to_dict()) == p

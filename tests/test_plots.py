@@ -1,33 +1,111 @@
-"""The training dashboard figure."""
+"""helpers.plots: the training dashboard, prompt lengths, reward spreads, the evaluation, showing a figure."""
 
-from helpers.plots import dashboard_figure, reward_names_in, smooth
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from helpers.plots import (
+    dashboard_figure,
+    evaluation_figure,
+    reward_spread_figure,
+    show_figure,
+    smooth,
+    token_lengths_figure,
+)
 
 ROWS = [
     {"step": s, "reward": 0.1 * s, "reward_std": 0.3, "frac_reward_zero_std": 0.5 - 0.1 * s,
      "completions/mean_length": 20 - s, "completions/clipped_ratio": 0.0, "loss": 0.0,
-     "rewards/correctness_reward/mean": 0.05 * s, "rewards/fmt_reward/mean": 1.0}
+     "rewards/correctness_reward/mean": 0.05 * s, "rewards/fmt_reward/mean": 1.0, "rewards/fmt_reward/std": 0.0}
     for s in (1, 2, 3)
 ]
 
 
-def test_reward_names_and_smoothing():
-    assert reward_names_in(ROWS) == ["correctness_reward", "fmt_reward"]
+def _labels(ax):
+    return ax.get_legend_handles_labels()[1]
+
+
+def test_smooth():
     assert smooth([1, 3, 5, 7], window=2) == [1.0, 2.0, 4.0, 6.0]
+    assert smooth([0, 2, 4], window=5) == [0.0, 1.0, 2.0]
+    assert smooth([]) == []
 
 
 def test_dashboard_panels_and_lines():
-    fig = dashboard_figure(ROWS)
-    titles = [ax.get_title() for ax in fig.axes]
-    assert "Rewards (mean per step)" in titles and "Completion length" in titles
-    reward_ax = fig.axes[0]
-    labels = reward_ax.get_legend_handles_labels()[1]
-    assert labels == ["total (weighted)", "correctness_reward", "fmt_reward"]
-    # without a kl key the last panel shows the loss; with one it shows KL
-    assert any("Loss" in t for t in titles)
-    fig_kl = dashboard_figure([dict(r, kl=0.01) for r in ROWS])
-    assert any(ax.get_title() == "KL (beta > 0)" for ax in fig_kl.axes)
+    fig = dashboard_figure(ROWS, window=2)
+    assert [ax.get_title() for ax in fig.axes] == ["Rewards (mean per step)", "Signal: reward spread inside groups",
+                                                   "Completion length", "Loss (not a progress measure in GRPO)"]
+    rewards_ax = fig.axes[0]
+    assert _labels(rewards_ax) == ["total (weighted)", "correctness_reward", "fmt_reward"]  # std keys are not lines
+    raw, smoothed = rewards_ax.lines[:2]  # each series: the raw values, then the moving average
+    assert list(raw.get_xdata()) == [1, 2, 3] and list(smoothed.get_ydata()) == pytest.approx([0.1, 0.15, 0.25])
+    assert _labels(fig.axes[1]) == ["reward_std", "groups with equal rewards"] and fig.axes[1].get_ylim()[0] == 0
+    assert _labels(fig.axes[2]) == ["mean length (tokens)", "clipped ratio (0..1)"]
+    assert all(ax.get_xlabel() == "step" for ax in fig.axes)
+
+
+def test_dashboard_shows_kl_when_logged():
+    fig = dashboard_figure([dict(r, kl=0.01 * r["step"]) for r in ROWS])
+    assert fig.axes[3].get_title() == "KL (beta > 0)" and _labels(fig.axes[3]) == ["KL to the reference"]
 
 
 def test_dashboard_copes_with_missing_and_null_values():
-    fig = dashboard_figure([{"step": 1, "reward": None}, {"step": 2}])
-    assert len(fig.axes) >= 4
+    fig = dashboard_figure([{"step": 1, "reward": None}, {"step": 2}, {"reward": 1.0}])
+    assert len(fig.axes) == 4 and all(not ax.lines for ax in fig.axes)
+    fig = dashboard_figure([{"step": 1, "reward": 0.5}, {"step": 2, "reward": None}, {"step": 3, "reward": 1.5}])
+    assert list(fig.axes[0].lines[0].get_xdata()) == [1, 3]
+
+
+def test_token_lengths_figure():
+    fig = token_lengths_figure([10, 20, 30, 400], budget=256, title="Prompts")
+    ax = fig.axes[0]
+    assert ax.get_title() == "Prompts" and ax.get_xlabel() == "tokens (chat template applied)"
+    assert _labels(ax) == ["p50 = 25", "p99 = 388.9", "budget 256 (1 over)"]
+    assert sum(p.get_height() for p in ax.patches) == 4
+    assert _labels(token_lengths_figure([5, 5]).axes[0]) == ["p50 = 5", "p99 = 5"]
+
+
+def _table():
+    import pandas as pd
+
+    return pd.DataFrame({"completion": ["a", "b", "c"], "correctness_reward": [2.0, 0.0, 2.0],
+                         "partial_correctness_reward": [1.0, math.nan, math.nan], "total": [3.0, 0.0, 2.0]})
+
+
+def test_reward_spread_figure():
+    fig = reward_spread_figure(_table(), title="demo")
+    assert [ax.get_title() for ax in fig.axes] == ["correctness", "partial_correctness\n(2 n/a)", "total"]
+    assert [sum(p.get_height() for p in ax.patches) for ax in fig.axes] == [3, 1, 3]  # each score counted once
+    assert fig.get_suptitle() == "demo"
+    assert reward_spread_figure(_table()[["completion", "total"]]).get_suptitle() == ""
+
+
+def test_evaluation_figure_from_a_comparison_table():
+    from helpers.evaluation import comparison_table
+
+    table = comparison_table({"sides": {
+        "base": {"summary": {"accuracy": 0.25, "format_rate": 0.5, "correct_rate": 0.25, "mean_length": 40.0}},
+        "after GRPO": {"summary": {"accuracy": 0.75, "format_rate": 1.0, "correct_rate": 0.75, "mean_length": 30.0}}}})
+    fig = evaluation_figure(table, n_prompts=16)
+    rates, lengths = fig.axes
+    assert rates.get_title() == "Held-out evaluation (16 prompts)" and _labels(rates) == ["base", "after GRPO"]
+    assert [t.get_text() for t in rates.get_xticklabels()] == ["accuracy", "format rate", "correct rate"]
+    assert [round(p.get_height(), 2) for p in rates.patches] == [0.25, 0.5, 0.25, 0.75, 1.0, 0.75]
+    assert [t.get_text() for t in rates.texts] == ["25%", "50%", "25%", "75%", "100%", "75%"]
+    assert [p.get_height() for p in lengths.patches] == [40.0, 30.0] and lengths.get_title() == "mean length (tokens)"
+    assert evaluation_figure(table).axes[0].get_title() == "Held-out evaluation"
+
+
+def test_show_figure_displays_a_png_and_saves_it(tmp_path, monkeypatch):
+    import IPython.display
+
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", lambda obj: shown.append(obj))
+    out = tmp_path / "figures" / "dashboard.png"
+    show_figure(dashboard_figure(ROWS), out)
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(shown) == 1 and shown[0].data == out.read_bytes()
+    show_figure(token_lengths_figure([1, 2, 3]))  # without a path: only displayed
+    assert len(shown) == 2 and list(tmp_path.rglob("*.png")) == [out]

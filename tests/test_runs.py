@@ -1,32 +1,135 @@
-"""Run folders and their self-description."""
+"""helpers.runs: run folders, atomic JSON and folders, the free-disk check, run.json."""
+
+from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
 
+import pytest
+
+from helpers import runs
 from helpers.config import get_profile
-from helpers.runs import read_json, record_run_info, run_dir, write_json
+from helpers.runs import atomic_folder, check_free_disk, read_json, record_run_info, run_dir, write_json
+
+
+def _siblings(path: Path) -> list[str]:
+    return sorted(p.name for p in path.parent.iterdir())
+
+
+# --------------------------------------------------------------------------- run folders
 
 
 def test_run_dir_follows_course_run_dir(monkeypatch, tmp_path):
     monkeypatch.setenv("COURSE_RUN_DIR", str(tmp_path / "my-run"))
-    assert run_dir() == tmp_path / "my-run" and (tmp_path / "my-run").is_dir()
+    assert run_dir("cpu-demo") == tmp_path / "my-run" and (tmp_path / "my-run").is_dir()
 
 
 def test_default_run_dir_is_per_profile(monkeypatch, tmp_path):
     monkeypatch.delenv("COURSE_RUN_DIR", raising=False)
     monkeypatch.setenv("COURSE_RUNS", str(tmp_path))
-    assert run_dir("cpu-smoke") == tmp_path / "lab-cpu-smoke"
+    assert run_dir("cpu-demo", create=False) == tmp_path / "lab-cpu-demo"
+    assert not (tmp_path / "lab-cpu-demo").exists()
+    monkeypatch.setenv("COURSE_PROFILE", "cpu-smoke")
+    assert run_dir() == tmp_path / "lab-cpu-smoke" and (tmp_path / "lab-cpu-smoke").is_dir()
+
+
+# --------------------------------------------------------------------------- JSON
 
 
 def test_write_json_is_atomic_and_readable(tmp_path):
-    path = write_json(tmp_path / "a" / "x.json", {"n": 1})
-    assert read_json(path) == {"n": 1}
-    assert not list(path.parent.glob("*.tmp"))
+    path = write_json(tmp_path / "a" / "x.json", {"n": 1, "path": Path("/x")})
+    assert read_json(path) == {"n": 1, "path": "/x"}  # what JSON cannot hold is written as text
+    assert path.read_text().endswith("}\n")
+    write_json(path, [1, 2])
+    assert read_json(path) == [1, 2] and _siblings(path) == ["x.json"]
 
 
-def test_run_info_records_profile_versions_and_keeps_earlier_keys(tmp_path):
+# --------------------------------------------------------------------------- atomic folders
+
+
+def test_atomic_folder_renames_into_place(tmp_path):
+    out = tmp_path / "deep" / "model"
+    with atomic_folder(out) as tmp:
+        assert tmp.parent == out.parent and tmp != out and not out.exists()
+        (tmp / "weights.bin").write_text("w")
+    assert (out / "weights.bin").read_text() == "w" and _siblings(out) == ["model"]
+
+
+def test_atomic_folder_refuses_a_non_empty_folder(tmp_path):
+    out = tmp_path / "model"
+    out.mkdir()
+    (out / "old.bin").write_text("old")
+    with pytest.raises(FileExistsError, match="already exists and is not empty.*overwrite=True"):
+        with atomic_folder(out):
+            pytest.fail("the block must not run")
+    assert (out / "old.bin").read_text() == "old" and _siblings(out) == ["model"]
+    (out / "old.bin").unlink()
+    with atomic_folder(out) as tmp:  # an empty folder is fine
+        (tmp / "new.bin").write_text("new")
+    assert [p.name for p in out.iterdir()] == ["new.bin"]
+
+
+@pytest.mark.parametrize("error", [RuntimeError("half written"), KeyboardInterrupt()])
+def test_atomic_folder_cleans_up_on_error_and_leaves_the_old_folder(tmp_path, error):
+    out = tmp_path / "model"
+    with pytest.raises(type(error)):
+        with atomic_folder(out) as tmp:
+            (tmp / "part.bin").write_text("x")
+            raise error
+    assert list(tmp_path.iterdir()) == []  # nothing half-written looks complete
+    out.mkdir()
+    (out / "good.bin").write_text("good")
+    with pytest.raises(type(error)):
+        with atomic_folder(out, overwrite=True) as tmp:
+            (tmp / "part.bin").write_text("x")
+            raise error
+    assert [p.name for p in out.iterdir()] == ["good.bin"] and _siblings(out) == ["model"]
+
+
+def test_atomic_folder_overwrite_replaces_the_folder(tmp_path):
+    out = tmp_path / "model"
+    out.mkdir()
+    (out / "old.bin").write_text("old")
+    (out / "sub").mkdir()
+    with atomic_folder(out, overwrite=True) as tmp:
+        (tmp / "new.bin").write_text("new")
+        assert (out / "old.bin").exists()  # the old folder stays until the new one is complete
+    assert sorted(p.name for p in out.iterdir()) == ["new.bin"]
+    assert _siblings(out) == ["model"]  # the old copy is removed
+
+
+# --------------------------------------------------------------------------- free disk
+
+
+def test_check_free_disk_returns_the_free_bytes(tmp_path):
+    assert check_free_disk(tmp_path, 1) == shutil.disk_usage(tmp_path).free
+    assert check_free_disk(tmp_path / "not" / "yet", 1) > 0  # a folder still to be created
+
+
+def test_check_free_disk_names_the_shortfall(tmp_path, monkeypatch):
+    monkeypatch.setattr(runs.shutil, "disk_usage", lambda p: SimpleNamespace(free=1.5e9))
+    with pytest.raises(OSError) as err:
+        check_free_disk(tmp_path / "merged", 3_210_000_000)
+    msg = str(err.value)
+    assert msg.startswith(f"Not enough disk for the merged model: it needs about 3.21 GB in {tmp_path}, and "
+                          "1.50 GB are free.")
+    assert "keep only the adapter" in msg
+    with pytest.raises(OSError, match="Not enough disk for a GGUF export"):
+        check_free_disk(tmp_path, 2e9, what="a GGUF export")
+    assert check_free_disk(tmp_path, 1.5e9) == 1.5e9
+
+
+# --------------------------------------------------------------------------- run.json
+
+
+def test_run_info_records_profile_versions_machine_and_keeps_earlier_keys(tmp_path):
     record_run_info(tmp_path, get_profile("cpu-smoke"), notebook="01")
-    record_run_info(tmp_path, get_profile("cpu-smoke"), adapter="adapter/")
+    created = read_json(tmp_path / "run.json")["created"]
+    record_run_info(tmp_path, get_profile("cpu-smoke", max_steps=7), adapter="adapter/")
     info = json.loads((tmp_path / "run.json").read_text())
-    assert info["profile"]["name"] == "cpu-smoke"
-    assert info["versions"]["trl"] and info["versions"]["transformers"]
-    assert info["notebook"] == "01" and info["adapter"] == "adapter/"
+    assert info["profile"] == get_profile("cpu-smoke", max_steps=7).to_dict()
+    assert info["versions"]["trl"] == "1.13.0" and info["versions"]["transformers"]
+    assert set(info["machine"]) == {"python", "platform", "cpus"} and info["machine"]["cpus"] >= 1
+    assert info["notebook"] == "01" and info["adapter"] == "adapter/" and info["created"] == created

@@ -1,0 +1,238 @@
+"""helpers.preflight: GPU facts, precision, the known traps; versions against the pins (and the pins agree)."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+
+from helpers import preflight as P
+from helpers.config import MODELS, PROFILES, get_model_spec, get_profile
+from helpers.preflight import (
+    Hardware,
+    VersionCheck,
+    check_versions,
+    disk_needed_gb,
+    gpu_capability,
+    inspect_hardware,
+    installed_versions,
+    native_bf16,
+    pinned_versions,
+    precision,
+    preflight_warnings,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+T4, A100, H100 = (7, 5), (8, 0), (9, 0)
+
+
+def machine(**kw) -> Hardware:
+    """A free Colab T4 unless told otherwise."""
+    base = dict(cuda=True, gpu_name="Tesla T4", capability=T4, vram_gb=14.7, cpus=2, ram_gb=12.7,
+                free_disk_gb=60.0, on_colab=True, on_kaggle=False)
+    return Hardware(**(base | kw))
+
+
+LAPTOP = dict(cuda=False, gpu_name=None, capability=None, vram_gb=None, on_colab=False)
+A100_40 = dict(gpu_name="NVIDIA A100-SXM4-40GB", capability=A100, vram_gb=39.4, on_colab=False)
+
+
+@pytest.fixture()
+def vllm_installed(monkeypatch):
+    """Pretend vLLM is (True) or is not (False) installed, for the one lookup preflight makes."""
+    real = importlib.util.find_spec
+
+    def set_installed(installed: bool) -> None:
+        monkeypatch.setattr(importlib.util, "find_spec",
+                            lambda name, *a: (object() if installed else None) if name == "vllm" else real(name, *a))
+
+    return set_installed
+
+
+def topics(hw, profile="colab-t4", model=None, **over):
+    p = get_profile(profile, **over)
+    return [t.topic for t in preflight_warnings(hw, p, get_model_spec(model or p.model))]
+
+
+# --------------------------------------------------------------------------- GPU facts and precision
+
+
+def test_bf16_comes_from_the_compute_capability():
+    assert [native_bf16(c) for c in (None, (6, 1), T4, (8, 0), (8, 6), H100)] == [False, False, False, True, True,
+                                                                                  True]
+
+
+def test_this_machine():
+    import torch
+
+    assert (gpu_capability() is None) == (not torch.cuda.is_available())
+    hw = inspect_hardware()
+    assert hw.cpus >= 1 and hw.free_disk_gb > 0 and hw.ram_gb > 0
+    assert hw.cuda == (hw.capability is not None) == (hw.gpu_name is not None)
+
+
+@pytest.mark.parametrize("profile, model, capability, expected", [
+    ("cpu-smoke", None, None, {"bf16": False, "fp16": False}),  # CPU: float32
+    ("cpu-demo", None, A100, {"bf16": False, "fp16": False}),  # a CPU profile, whatever the GPU
+    ("colab-t4", None, None, {"bf16": False, "fp16": False}),  # a GPU profile with no GPU
+    ("colab-t4", None, T4, {"bf16": False, "fp16": True}),
+    ("colab-t4", "qwen2.5-3b", T4, {"bf16": False, "fp16": True}),
+    ("colab-t4", "gemma3-1b", T4, {"bf16": False, "fp16": False}),  # Gemma 3 overflows in fp16: float32
+    ("colab-t4", "gemma3-1b", A100, {"bf16": True, "fp16": False}),
+    ("gpu-large", None, A100, {"bf16": True, "fp16": False}),
+    ("gpu-large", None, H100, {"bf16": True, "fp16": False}),
+])
+def test_precision(profile, model, capability, expected):
+    p = get_profile(profile, model=model) if model else get_profile(profile)
+    assert precision(p, capability) == expected
+
+
+def test_precision_never_asks_for_both():
+    for name in PROFILES:
+        for model in MODELS:
+            for cap in (None, (6, 0), T4, A100, H100):
+                got = precision(get_profile(name, model=model), cap)
+                assert not (got["bf16"] and got["fp16"]), (name, model, cap)
+
+
+def test_disk_needed_gb():
+    assert disk_needed_gb(get_model_spec("smollm2-135m")) == 2.0
+    assert disk_needed_gb(get_model_spec("qwen2.5-3b")) == 20.0
+    assert disk_needed_gb(get_model_spec("qwen3-4b")) > disk_needed_gb(get_model_spec("qwen2.5-1.5b"))
+
+
+# --------------------------------------------------------------------------- traps
+
+
+def test_a_t4_warns_about_bf16_only_for_qwen():
+    [trap] = preflight_warnings(machine(), get_profile("colab-t4"), get_model_spec("qwen2.5-1.5b"))
+    assert trap.topic == "bf16" and "Tesla T4 (compute capability 7.5)" in trap.message
+    assert "bf16=True" in trap.fix
+
+
+def test_gemma_on_a_t4_warns_about_fp16_overflow():
+    assert topics(machine(), model="gemma3-1b") == ["bf16", "gemma-fp16"]
+    assert topics(machine(**A100_40), model="gemma3-1b") == []
+
+
+def test_vllm_on_a_t4_is_flagged(vllm_installed):
+    vllm_installed(True)
+    assert topics(machine(), use_vllm=True) == ["bf16", "vllm-t4"]
+    assert topics(machine(), use_vllm=False) == ["bf16"]
+
+
+def test_a_profile_that_wants_vllm_without_it(vllm_installed):
+    vllm_installed(False)
+    [trap] = preflight_warnings(machine(**A100_40), get_profile("gpu-large"), get_model_spec("qwen3-4b"))
+    assert trap.topic == "vllm-missing" and "grpo-course[vllm]" in trap.fix
+    vllm_installed(True)
+    assert topics(machine(**A100_40), "gpu-large") == []
+    assert topics(machine(**LAPTOP), "cpu-demo", use_vllm=True) == []  # no GPU: vLLM is not looked for
+
+
+def test_no_gpu_says_how_to_get_one():
+    no_gpu = machine(**(LAPTOP | {"on_colab": True}))
+    [trap] = preflight_warnings(no_gpu, get_profile("cpu-demo"), get_model_spec("smollm2-135m"))
+    assert trap.topic == "no-gpu" and "T4 GPU" in trap.fix
+    traps = preflight_warnings(no_gpu, get_profile("colab-t4"), get_model_spec("qwen2.5-1.5b"))
+    assert [t.topic for t in traps] == ["no-gpu", "no-gpu"]
+    assert "'colab-t4' needs a CUDA GPU" in traps[1].message and "COURSE_PROFILE=cpu-demo" in traps[1].fix
+    assert topics(machine(**LAPTOP), "gpu-large") == ["no-gpu"]
+
+
+def test_a_small_gpu_is_warned_about_a_big_model():
+    [trap] = [t for t in preflight_warnings(machine(vram_gb=8.0), get_profile("colab-t4"), get_model_spec("qwen3-4b"))
+              if t.topic == "vram"]
+    assert "qwen3-4b needs ~14.0 GB" in trap.message and "8.0 GB" in trap.message
+    assert "vram" not in topics(machine(vram_gb=14.7), model="qwen2.5-3b")  # 11 GB + 1 fits
+
+
+def test_low_disk_names_the_need():
+    [trap] = [t for t in preflight_warnings(machine(free_disk_gb=5.0), get_profile("colab-t4"),
+                                            get_model_spec("qwen2.5-3b")) if t.topic == "disk"]
+    assert trap.message.startswith("5.0 GB free; a full run with qwen2.5-3b needs ~20.0 GB")
+    assert "disk" not in topics(machine(free_disk_gb=20.0), model="qwen2.5-3b")
+
+
+def test_a_laptop_gets_no_warnings():
+    assert topics(machine(**LAPTOP), "cpu-demo") == []
+    assert topics(machine(**LAPTOP), "cpu-smoke") == []
+
+
+# --------------------------------------------------------------------------- versions
+
+
+def _pyproject_pins(extras: tuple[str, ...]) -> dict[str, str]:
+    reqs = PYPROJECT["project"]["dependencies"] + [
+        r for e in extras for r in PYPROJECT["project"]["optional-dependencies"][e]]
+    return {re.sub(r"[-_.]+", "-", m[1]).lower(): m[2]
+            for m in (re.fullmatch(r"([A-Za-z0-9_.\-]+)==(\S+)", r.strip()) for r in reqs) if m}
+
+
+def test_installed_versions():
+    got = installed_versions(["trl", "no-such-package-xyz"])
+    assert got == {"trl": "1.13.0", "no-such-package-xyz": None}
+    assert set(installed_versions()) == set(P.TRACKED_PACKAGES)
+
+
+def test_pinned_versions_are_the_pyproject_pins():
+    """The pins come from the installed package's metadata (so Colab can check them): the same as pyproject.toml."""
+    assert pinned_versions() == _pyproject_pins(("cpu", "gpu", "vllm"))
+    assert pinned_versions(("cpu",)) == _pyproject_pins(("cpu",))
+    assert "unsloth" not in pinned_versions(("cpu",)) and pinned_versions(("gpu",))["unsloth-zoo"]
+    assert "pytest" not in pinned_versions()  # the dev extra is not checked
+
+
+def test_this_environment_matches_its_pins():
+    checks = check_versions()
+    assert {c.package for c in checks} == set(_pyproject_pins(("cpu",)))
+    assert [c for c in checks if not c.ok] == []
+    assert [c.package for c in checks] == sorted(c.package for c in checks)
+
+
+def test_version_check_reports_mismatches_and_missing_packages(monkeypatch):
+    assert VersionCheck("torch", "2.13.0", "2.13.0+cpu").ok  # a local build tag is the same version
+    assert not VersionCheck("trl", "1.13.0", "1.14.0").ok and not VersionCheck("trl", "1.13.0", None).ok
+    monkeypatch.setattr(P, "installed_versions", lambda names: {n: {"trl": "1.12.0", "peft": None}.get(n, "x")
+                                                                for n in names})
+    bad = {c.package: c for c in check_versions() if not c.ok}
+    assert bad["trl"] == VersionCheck("trl", "1.13.0", "1.12.0") and bad["peft"].installed is None
+
+
+# --------------------------------------------------------------------------- the pins agree across files
+
+
+def _environment_pins() -> dict[str, str]:
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict) and "pip" in d)
+    return {re.sub(r"[-_.]+", "-", m[1]).lower(): m[2]
+            for m in (re.fullmatch(r"([A-Za-z0-9_.\-]+)==(\S+)", r.strip()) for r in pip) if m}
+
+
+def test_environment_yml_agrees_with_pyproject():
+    env, ours = _environment_pins(), _pyproject_pins(("gpu",))
+    disagree = {k: (v, ours.get(k)) for k, v in env.items() if ours.get(k) != v}
+    assert not disagree, f"environment.yml vs pyproject.toml (yml, pyproject): {disagree}"
+    shared = {"transformers", "trl", "peft", "datasets", "accelerate", "bitsandbytes", "unsloth", "unsloth-zoo"}
+    assert shared <= set(env), f"environment.yml's pip section lacks {sorted(shared - set(env))}"
+
+
+def test_contract_set_pins_the_same_unsloth_as_the_gpu_extra():
+    contract = {re.sub(r"[-_.]+", "-", r.split("==")[0]).lower(): r.split("==")[1]
+                for r in PYPROJECT["tool"]["grpo-course"]["contract-no-deps"]}
+    gpu = _pyproject_pins(("gpu",))
+    assert (contract["unsloth"], contract["unsloth-zoo"]) == (gpu["unsloth"], gpu["unsloth-zoo"])
+
+
+def test_shared_pins_sit_inside_unsloths_ranges():
+    """Unsloth 2026.10.x accepts transformers <= 5.17.0, trl <= 1.13.0, datasets < 5, peft >= 0.18."""
+    from packaging.version import Version
+
+    pins = _pyproject_pins(())
+    assert Version(pins["transformers"]) <= Version("5.17.0") and Version(pins["trl"]) <= Version("1.13.0")
+    assert Version(pins["datasets"]) < Version("5") and Version(pins["peft"]) >= Version("0.18.0")
