@@ -238,16 +238,20 @@ def run_warmup(model: Any, tokenizer: Any, profile: Profile, run: str | Path,
 
 
 def last_checkpoint(run: str | Path) -> str | None:
-    """The newest checkpoint of ``RUN/grpo`` (transformers' ``get_last_checkpoint``), or None.
+    """The newest complete checkpoint of ``RUN/grpo``, or None.
+
+    Complete: it holds ``trainer_state.json``, which the trainer writes last; a
+    checkpoint cut off while saving (a disconnect) is passed over, where
+    transformers' ``get_last_checkpoint`` would return it and resume from step 0.
 
     Example:
         >>> last_checkpoint("/nonexistent") is None
         True
     """
-    from transformers.trainer_utils import get_last_checkpoint
-
     folder = Path(run) / GRPO_DIR
-    return get_last_checkpoint(str(folder)) if folder.is_dir() else None
+    steps = {int(p.name.rsplit("-", 1)[1]): p for p in folder.glob("checkpoint-*")
+             if p.name.rsplit("-", 1)[1].isdigit() and (p / "trainer_state.json").is_file()}
+    return str(steps[max(steps)]) if steps else None
 
 
 def train_grpo(profile: Profile, run: str | Path, model: Any = None, tokenizer: Any = None,

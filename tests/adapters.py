@@ -1,4 +1,4 @@
-"""Test helper: a 'trained' adapter made at test time (no weights live in git).
+"""Test helper: 'trained' adapters made at test time (no weights live in git).
 
 A fresh LoRA has B = 0, so it changes nothing; perturbing B with a fixed seed
 gives an adapter whose greedy outputs differ from the base model's, which is
@@ -10,29 +10,44 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-PROMPTS = [
-    [{"role": "user", "content": "What is 23 + 19?"}],
-    [{"role": "user", "content": "What is 7 + 5?"}],
-    [{"role": "user", "content": "Name a colour."}],
-    [{"role": "user", "content": "What is 40 + 15?"},
-     {"role": "assistant", "content": "<reasoning>\n"}],
-]
+from helpers.prompts import build_prompt
+
+#: Held-out style prompts (system + user, as the dataset holds them) and their gold answers.
+QUESTIONS = ["What is 23 + 19?", "What is 7 + 5?", "What is 40 + 15?", "What is 3 + 4?"]
+ANSWERS = ["42", "12", "55", "7"]
+PROMPTS = [build_prompt(q) for q in QUESTIONS]
 
 
-def perturbed_lora_model(profile: Any, seed: int = 0, std: float = 0.02) -> tuple[Any, Any]:
-    """The bundled model with a LoRA whose B matrices are random (seeded)."""
+def perturb(model: Any, adapter: str = "default", seed: int = 0, std: float = 0.02) -> Any:
+    """Give the LoRA B matrices of ``adapter`` random (seeded) values; return the model."""
     import torch
 
-    from helpers.models import load_model
-
-    model, tok = load_model(profile)
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, param in model.named_parameters():
-            if "lora_B" in name:
+            if f"lora_B.{adapter}." in name:
                 param.copy_(torch.randn(param.shape, generator=gen) * std)
+    return model
+
+
+def perturbed_lora_model(profile: Any, seed: int = 0, std: float = 0.02) -> tuple[Any, Any]:
+    """The bundled model with a LoRA ("default") whose B matrices are random (seeded)."""
+    from helpers.models import load_model
+
+    model, tok = load_model(profile)
+    perturb(model, "default", seed, std)
     model.eval()
     return model, tok
+
+
+def add_perturbed_adapter(model: Any, name: str, seed: int, std: float = 0.02) -> Any:
+    """A second named LoRA beside "default", with the same config and its own random B."""
+    import copy
+
+    model.add_adapter(name, copy.deepcopy(model.peft_config["default"]))
+    perturb(model, name, seed, std)
+    model.eval()
+    return model
 
 
 def save_adapter(model: Any, tok: Any, folder: Path) -> Path:

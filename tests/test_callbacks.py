@@ -1,117 +1,193 @@
-"""The training callbacks write what they promise (no model needed)."""
+"""helpers.callbacks: the time budget, metrics.jsonl across a resume, the dashboard (no model needed)."""
 
 import json
-import time
 from types import SimpleNamespace
 
 import pytest
 from transformers import TrainerControl, TrainerState
 
-from helpers.callbacks import (
-    CompletionsLogCallback,
-    DashboardCallback,
-    MetricsLogCallback,
-    ProgressPrinter,
-    TimeBudgetCallback,
-    append_jsonl,
-    read_jsonl,
-    truncate_jsonl,
-)
+from helpers import callbacks
+from helpers.callbacks import METRICS_FILE, DashboardCallback, RunLogCallback, TimeBudgetCallback, step_logs
 
 ARGS = SimpleNamespace()
 
 
-def _state(step, max_steps=10):
+def _state(step, max_steps=10, history=()):
     s = TrainerState()
-    s.global_step, s.max_steps = step, max_steps
+    s.global_step, s.max_steps, s.log_history = step, max_steps, [dict(h) for h in history]
     return s
 
 
-LOG = {"loss": 0.01, "reward": 0.5, "reward_std": 0.3, "frac_reward_zero_std": 0.25,
-       "completions/mean_length": 18.0, "completions/clipped_ratio": 0.0,
-       "rewards/correctness_reward/mean": 0.4, "rewards/correctness_reward/std": 0.2}
+def _log(step, reward=0.5):
+    """One per-step entry of TRL's log history (transformers adds "step")."""
+    return {"loss": 0.01, "reward": reward, "reward_std": 0.3, "frac_reward_zero_std": 0.25,
+            "completions/mean_length": 18.0, "completions/clipped_ratio": 0.0,
+            "rewards/correctness_reward/mean": reward, "step": step}
 
 
-def test_metrics_log_one_line_per_step_with_step_and_trl_keys(tmp_path):
-    cb = MetricsLogCallback(tmp_path)
-    for step in (1, 2):
-        cb.on_log(ARGS, _state(step), TrainerControl(), logs=dict(LOG, loss=float("nan")))
-    cb.on_log(ARGS, _state(2), TrainerControl(), logs={"train_runtime": 3.0, "train_loss": 0.1})
-    rows = read_jsonl(tmp_path / "metrics.jsonl")
-    assert [r["step"] for r in rows] == [1, 2]  # the end-of-training summary is not a step
-    assert rows[0]["frac_reward_zero_std"] == 0.25
-    assert rows[0]["loss"] is None  # NaN is not valid JSON: written as null
+SUMMARY = {"train_runtime": 12.0, "train_loss": 0.1, "step": 3}
 
 
-def test_completions_log_rows_get_the_step_they_were_trained_at(tmp_path):
-    cb = CompletionsLogCallback(tmp_path)
-    row = {"prompt": "What is 2 + 3?", "completion": "2 + 3 = 5\n</reasoning>", "answer": "5",
-           "rewards": {"correctness_reward": 1.0, "fmt": None}, "reward": 1.0, "advantage": 0.7}
-    cb.add([row, dict(row, reward=0.0)])
-    cb.on_step_end(ARGS, _state(3), TrainerControl())
-    cb.on_step_end(ARGS, _state(4), TrainerControl())  # nothing pending: nothing written
-    rows = read_jsonl(tmp_path / "completions.jsonl")
-    assert [r["step"] for r in rows] == [3, 3]
-    assert set(rows[0]) == {"step", "prompt", "completion", "answer", "rewards", "reward", "advantage"}
-    assert rows[0]["rewards"] == {"correctness_reward": 1.0, "fmt": None}
-    assert cb.rows_written == 2
+# --------------------------------------------------------------------------- step_logs
 
 
-def test_truncate_drops_later_steps_and_torn_lines(tmp_path):
-    path = tmp_path / "m.jsonl"
-    append_jsonl(path, [{"step": s} for s in (1, 2, 3, 4)])
-    with open(path, "a") as fh:
-        fh.write('{"step": 5, "rew')  # a kill mid-write
-    assert truncate_jsonl(path, last_step=2) == 3
-    assert [r["step"] for r in read_jsonl(path)] == [1, 2]
-    assert truncate_jsonl(tmp_path / "missing.jsonl", 1) == 0
+def test_step_logs_drops_the_summary_and_makes_values_json_safe():
+    rows = step_logs([_log(1), dict(_log(2), loss=float("nan"), kl=float("inf")), SUMMARY, {"epoch": 1.0}])
+    assert [r["step"] for r in rows] == [1, 2]
+    assert rows[1]["loss"] is None and rows[1]["kl"] is None and rows[1]["reward"] == 0.5
+    json.dumps(rows, allow_nan=False)
 
 
-def test_time_budget_stops_and_saves(tmp_path):
-    cb = TimeBudgetCallback(minutes=0.5, start=time.time() - 31)
-    control = TrainerControl()
-    cb.on_step_end(ARGS, _state(3), control)
-    assert control.should_training_stop and control.should_save
-    assert cb.stopped_at_step == 3
-    fresh = TimeBudgetCallback(minutes=5)
-    fresh.on_train_begin(ARGS, _state(0), TrainerControl())
-    control = TrainerControl()
-    fresh.on_step_end(ARGS, _state(1), control)
-    assert not control.should_training_stop and fresh.stopped_at_step is None
-    with pytest.raises(ValueError, match="positive"):
-        TimeBudgetCallback(minutes=0)
+# --------------------------------------------------------------------------- time budget
 
 
-def test_time_budget_stops_before_a_step_would_overrun():
-    cb = TimeBudgetCallback(minutes=0.5, start=time.time() - 15)  # 15 s left
-    cb.on_step_begin(ARGS, _state(1), TrainerControl())
-    cb._step_start -= 20  # this step took 20 s: the next would end past 30 s
-    control = TrainerControl()
-    cb.on_step_end(ARGS, _state(2), control)
-    assert control.should_training_stop and cb.stopped_at_step == 2
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def time(self):
+        return self.now
 
 
-def test_dashboard_saves_png_headless_and_redraws_live(tmp_path, monkeypatch):
-    cb = DashboardCallback(tmp_path, every=2, live=False)
-    assert cb.save() is None  # nothing logged yet
-    for step in (1, 2, 3):
-        cb.on_log(ARGS, _state(step), TrainerControl(), logs=dict(LOG, reward=0.1 * step))
-    cb.on_train_end(ARGS, _state(3), TrainerControl())
-    png = tmp_path / "figures" / "dashboard.png"
-    assert png.is_file() and png.read_bytes()[:4] == b"\x89PNG"
-
-    live = DashboardCallback(tmp_path, every=2, live=True)
-    draws = []
-    monkeypatch.setattr(live, "redraw", lambda: draws.append(len(live.records)))
-    for step in (1, 2, 3, 4, 5):
-        live.on_log(ARGS, _state(step), TrainerControl(), logs=LOG)
-    assert draws == [2, 4]
+def _train(cb, clock, step_seconds, max_steps=100):
+    """Run steps of ``step_seconds`` through the callback until it stops training; the last step done."""
+    cb.on_train_begin(ARGS, _state(0, max_steps), TrainerControl())
+    for step in range(1, max_steps + 1):
+        cb.on_step_begin(ARGS, _state(step - 1, max_steps), TrainerControl())
+        clock.now += step_seconds
+        control = TrainerControl()
+        cb.on_step_end(ARGS, _state(step, max_steps), control)
+        if control.should_training_stop:
+            assert control.should_save  # a checkpoint where it stopped
+            return step
+    return max_steps
 
 
-def test_progress_printer_prints_reward_lines():
+def test_time_budget_stops_before_the_next_step_would_overrun(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(callbacks, "time", clock)
+    cb = TimeBudgetCallback(minutes=1)
+    start = clock.now
+    stopped = _train(cb, clock, step_seconds=15)
+    assert stopped == 3 and cb.stopped_at_step == 3  # 45 s done; a 4th step would end at 60 s
+    assert clock.now - start <= 60
+
+
+def test_time_budget_counts_earlier_work_from_start(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(callbacks, "time", clock)
+    cb = TimeBudgetCallback(minutes=1, start=clock.now - 30)  # a warm-up took 30 s
+    assert _train(cb, clock, step_seconds=10) == 2 and cb.start == 970.0
+
+
+def test_time_budget_leaves_a_run_that_fits_alone(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(callbacks, "time", clock)
+    cb = TimeBudgetCallback(minutes=1)
+    assert _train(cb, clock, step_seconds=15, max_steps=3) == 3
+    assert cb.stopped_at_step is None  # the last step ends the run anyway: no stop, no extra save
+
+
+@pytest.mark.parametrize("minutes", [0, -1, None])
+def test_time_budget_must_be_positive(minutes):
+    with pytest.raises(ValueError, match="positive number of minutes"):
+        TimeBudgetCallback(minutes=minutes)
+
+
+# --------------------------------------------------------------------------- metrics.jsonl
+
+
+def _read(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_run_log_rewrites_metrics_equal_to_the_log_history(tmp_path):
+    cb = RunLogCallback(tmp_path)
+    history = [_log(1), dict(_log(2), loss=float("nan"))]
+    cb.on_save(ARGS, _state(2, history=history), TrainerControl())
+    assert _read(tmp_path / METRICS_FILE) == step_logs(history)
+    history += [_log(3), SUMMARY]
+    cb.on_train_end(ARGS, _state(3, history=history), TrainerControl())
+    rows = _read(tmp_path / METRICS_FILE)
+    assert [r["step"] for r in rows] == [1, 2, 3] and rows[1]["loss"] is None
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_a_resumed_run_has_each_step_once(tmp_path):
+    cb = RunLogCallback(tmp_path)
+    first = [_log(1), _log(2)]
+    cb.on_save(ARGS, _state(2, history=first), TrainerControl())  # checkpoint-2
+    # killed after logging step 3: the file is not rewritten, checkpoint-2 keeps steps 1-2
+    resumed = RunLogCallback(tmp_path)  # a new process; the history comes back from checkpoint-2
+    history = first + [_log(3, reward=0.7), _log(4), SUMMARY]
+    resumed.on_train_end(ARGS, _state(4, history=history), TrainerControl())
+    rows = _read(tmp_path / METRICS_FILE)
+    assert [r["step"] for r in rows] == [1, 2, 3, 4] and rows[2]["reward"] == 0.7
+
+
+# --------------------------------------------------------------------------- dashboard
+
+
+def test_dashboard_headless_prints_one_line_per_step_and_saves_a_png(tmp_path):
     lines = []
-    cb = ProgressPrinter(print_fn=lines.append)
-    cb.on_log(ARGS, _state(2), TrainerControl(), logs=LOG)
-    cb.on_log(ARGS, _state(2), TrainerControl(), logs={"train_runtime": 1.0})
-    assert len(lines) == 1 and "reward 0.500" in lines[0] and "2/10" in lines[0]
-    json.dumps(lines)
+    cb = DashboardCallback(tmp_path, live=False, print_fn=lines.append)
+    assert cb.save(_state(0)) is None  # nothing logged yet: no empty figure
+    history = []
+    for step in (1, 2, 3):
+        history.append(_log(step, reward=0.1 * step))
+        cb.on_log(ARGS, _state(step, max_steps=3, history=history), TrainerControl(), logs=history[-1])
+    cb.on_log(ARGS, _state(3, max_steps=3, history=history), TrainerControl(), logs=SUMMARY)
+    cb.on_log(ARGS, _state(3, max_steps=3, history=history), TrainerControl(), logs={"loss": 0.2})
+    assert len(lines) == 3
+    assert lines[1].split() == ["step", "2/3", "reward", "0.200", "std", "0.300", "zero-std", "0.25",
+                                "length", "18.0"]
+    cb.on_train_end(ARGS, _state(3, max_steps=3, history=history), TrainerControl())
+    png = tmp_path / "figures" / "dashboard.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_dashboard_prints_a_dash_for_a_missing_metric(tmp_path):
+    lines = []
+    cb = DashboardCallback(tmp_path, live=False, print_fn=lines.append)
+    logs = {k: v for k, v in _log(1).items() if k != "frac_reward_zero_std"}
+    cb.on_log(ARGS, _state(1, 5, history=[logs]), TrainerControl(), logs=logs)
+    assert "zero-std -" in lines[0]
+
+
+def test_dashboard_live_redraws_every_n_steps_and_at_the_end(tmp_path, monkeypatch):
+    cb = DashboardCallback(tmp_path, every=2, live=True, print_fn=pytest.fail)
+    draws = []
+    monkeypatch.setattr(cb, "_draw", lambda state: draws.append(state.global_step))
+    history = []
+    for step in range(1, 6):
+        history.append(_log(step))
+        cb.on_log(ARGS, _state(step, history=history), TrainerControl(), logs=history[-1])
+    assert draws == [2, 4]
+    cb.on_train_end(ARGS, _state(5, history=history), TrainerControl())
+    assert draws == [2, 4, 5] and (tmp_path / "figures" / "dashboard.png").is_file()
+
+
+def test_dashboard_is_headless_outside_a_kernel(tmp_path):
+    assert DashboardCallback(tmp_path).live is False
+
+
+def test_dashboard_live_shows_one_figure_and_updates_it_in_place(tmp_path, monkeypatch):
+    import IPython.display
+
+    shown, updates = [], []
+
+    class Handle:
+        def update(self, obj):
+            updates.append(obj)
+
+    def display(obj, display_id=None):
+        shown.append((obj, display_id))
+        return Handle()
+
+    monkeypatch.setattr(IPython.display, "display", display)
+    cb = DashboardCallback(tmp_path, every=1, live=True)
+    history = []
+    for step in (1, 2, 3):
+        history.append(_log(step))
+        cb.on_log(ARGS, _state(step, history=history), TrainerControl(), logs=history[-1])
+    assert len(shown) == 1 and shown[0][1] is True and len(updates) == 2

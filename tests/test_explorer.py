@@ -1,139 +1,130 @@
-"""The completions explorer on the small authored fixture run."""
+"""helpers.explorer: reading TRL 1.13's completion logs (``<output_dir>/completions/completions_<step>.parquet``)."""
 
 import json
-from pathlib import Path
 
+import pandas as pd
 import pytest
 
-from helpers.explorer import (
-    best_of_step,
-    completions_at,
-    early_vs_late,
-    explorer,
-    load_completions,
-    prompts_by_steps,
-    render_html,
-    render_text,
-    reward_columns,
-    step_summary,
-)
+from helpers.explorer import early_vs_late, load_completions, render_step, reward_columns, step_summary
 
-FIXTURE = Path(__file__).parent / "fixtures" / "run" / "completions.jsonl"
-P1, P2 = "What is 23 + 19?", "What is 40 + 15?"
+PROMPT = "system\nRespond in the following format: ...\nuser\nWhat is {q}?\nassistant\n<reasoning>\n"
+REWARDS = ["correctness_reward", "prefilled_strict_format_reward"]
+
+
+def write_step(output_dir, step, rows):
+    """A completions file with the columns TRL writes, in its order: step, prompt, completion,
+    one column per reward function, the extra columns rewards logged, advantage."""
+    table = {"step": [step] * len(rows), "prompt": [r["prompt"] for r in rows],
+             "completion": [r["completion"] for r in rows],
+             **{name: [r[name] for r in rows] for name in REWARDS},
+             "answer": [r["answer"] for r in rows], "extracted": [r.get("extracted", "") for r in rows],
+             "advantage": [r["advantage"] for r in rows]}
+    folder = output_dir / "completions"
+    folder.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(table).to_parquet(folder / f"completions_{step:05d}.parquet")
+
+
+def row(q, completion, correct, fmt, advantage=0.0, answer="5"):
+    return {"prompt": PROMPT.format(q=q), "completion": completion, "correctness_reward": correct,
+            "prefilled_strict_format_reward": fmt, "answer": answer, "advantage": advantage}
 
 
 @pytest.fixture()
-def df():
-    return load_completions(FIXTURE)
+def run(tmp_path):
+    """RUN with RUN/grpo/completions holding steps 1, 2 and 10, and the weights of train_config.json."""
+    grpo = tmp_path / "grpo"
+    write_step(grpo, 1, [row("2 + 3", "2 + 3 = 6", 0.0, 0.0, -0.7), row("2 + 3", "five", 0.0, 1.0, 0.7)])
+    write_step(grpo, 2, [row("2 + 3", "2 + 3 = 5\n</reasoning>\n<answer>\n5\n</answer>", 2.0, 1.0, 0.7),
+                         row("2 + 3", "<b>5</b>", 0.0, None, -0.7)])
+    write_step(grpo, 10, [row("1 + 1", "x", 2.0, 1.0, 0.0, answer="2"), row("1 + 1", "y", 2.0, 1.0, 0.0, answer="2")])
+    (tmp_path / "train_config.json").write_text(json.dumps(
+        {"rewards": [{"name": "correctness_reward", "weight": 1.0},
+                     {"name": "prefilled_strict_format_reward", "weight": 0.5}]}))
+    return tmp_path
 
 
-def test_load_flattens_rewards_and_counts_nothing_skipped(df):
-    assert len(df) == 6
-    assert reward_columns(df) == ["reward/correctness_reward", "reward/prefilled_strict_format_reward"]
-    assert df.attrs["skipped"] == 0
-    assert df.loc[df["step"] == 2, "reward/correctness_reward"].tolist() == [2.0, 0.0]
+def test_loads_every_step_in_order_with_trl_columns(run):
+    df = load_completions(run / "grpo")
+    assert df["step"].tolist() == [1, 1, 2, 2, 10, 10]  # step 10 after step 2
+    assert list(df.columns) == ["step", "prompt", "completion", *REWARDS, "answer", "extracted", "advantage",
+                                "reward"]
+    assert df.attrs["rewards"] == REWARDS == reward_columns(df)
+    assert load_completions(run / "grpo" / "completions").equals(df)  # the folder itself works too
 
 
-def test_bad_lines_are_counted_not_silently_dropped(tmp_path):
-    path = tmp_path / "completions.jsonl"
-    good = FIXTURE.read_text().splitlines()[0]
-    path.write_text("\n".join([good, "{not json", json.dumps({"step": 1}), good]) + "\n")
-    df = load_completions(path)
-    assert len(df) == 2
-    assert df.attrs["skipped"] == 2
-    assert df.attrs["skipped_lines"] == [2, 3]
+def test_reward_is_the_weighted_total_trl_ranked(run):
+    df = load_completions(run / "grpo")
+    # 1.0 x correctness + 0.5 x format, a None (not applicable) counting 0 as in TRL's nansum
+    assert df["reward"].tolist() == [0.0, 0.5, 2.5, 0.0, 2.5, 2.5]
+    (run / "train_config.json").unlink()  # no config: every weight 1.0
+    assert load_completions(run / "grpo")["reward"].tolist() == [0.0, 1.0, 3.0, 0.0, 3.0, 3.0]
 
 
-def test_missing_log_says_what_to_do(tmp_path):
-    with pytest.raises(FileNotFoundError, match="ensure_adapter"):
-        load_completions(tmp_path / "completions.jsonl")
+def test_max_step_drops_files_of_later_steps(run):
+    df = load_completions(run / "grpo", max_step=2)
+    assert sorted(df["step"].unique()) == [1, 2] and df.index.tolist() == [0, 1, 2, 3]
 
 
-def test_prompts_by_steps_puts_repeated_prompts_first(df):
-    table = prompts_by_steps(df)
-    assert table["prompt"].tolist() == [P1, P2]
-    assert table.iloc[0][["first_step", "last_step", "n_steps"]].tolist() == [1, 3, 2]
+def test_no_logs_says_how_to_get_them(tmp_path):
+    with pytest.raises(FileNotFoundError, match="log_completions=True"):
+        load_completions(tmp_path / "grpo")
 
 
-def test_completions_at_sorts_best_first(df):
-    rows = completions_at(df, P1, 1)
-    assert rows["reward"].tolist() == [0.5, 0.0]
+def test_step_summary_is_the_training_curve_from_the_completions(run):
+    table = step_summary(load_completions(run / "grpo"))
+    assert table["step"].tolist() == [1, 2, 10]
+    assert table["completions"].tolist() == [2, 2, 2]
+    assert table["reward"].tolist() == [0.25, 1.25, 2.5]
+    assert table["correctness_reward"].tolist() == [0.0, 1.0, 2.0]
+    assert table["prefilled_strict_format_reward"].tolist() == [0.5, 1.0, 1.0]  # the None left out
+    assert table["words"].tolist() == [(5 + 1) / 2, (9 + 1) / 2, 1.0]
 
 
-def test_best_of_latest_step(df):
-    best = best_of_step(df)
-    assert best["step"] == 3 and best["reward"] == 2.5
-    assert best_of_step(df, 2)["prompt"] == P2
-    with pytest.raises(ValueError, match="steps present"):
-        best_of_step(df, 7)
+def test_early_vs_late_compares_mean_reward_and_the_best_completion(run):
+    table = early_vs_late(load_completions(run / "grpo"), steps=2, max_chars=20)
+    first, last = table.to_dict("records")
+    assert (first["when"], first["steps"], first["mean reward"]) == ("early", "1-2", 0.75)
+    assert first["best completion"] == "2 + 3 = 5 \u21b5 </reaso\u2026" and first["its reward"] == 2.5
+    assert (last["when"], last["steps"], last["mean reward"]) == ("late", "2-10", 1.875)
 
 
-def test_step_summary_means(df):
-    s = step_summary(df).set_index("step")
-    assert s.loc[1, "reward"] == pytest.approx(0.25)
-    assert s.loc[3, "reward/correctness_reward"] == pytest.approx(2.0)
-    assert s["n"].tolist() == [2, 2, 2]
+def test_render_step_escapes_html_and_shows_the_best_first(run):
+    df = load_completions(run / "grpo")
+    page = render_step(df, step=2)
+    assert page.startswith("<div><h4>Step 2: 2 completions</h4>")
+    assert "&lt;answer&gt;\n5\n&lt;/answer&gt;" in page and "&lt;b&gt;5&lt;/b&gt;" in page
+    assert "<b>5</b>" not in page.replace("gold answer <b>5</b>", "")  # the only raw <b>5</b> is ours
+    assert "&lt;reasoning&gt;" in page  # the prompt's prefill, escaped
+    assert page.index("&lt;answer&gt;") < page.index("&lt;b&gt;5")  # reward 2.5 before reward 0.0
+    assert "total <b>2.50</b> &middot; advantage 0.70" in page
+    assert "prefilled_strict_format=&ndash;" in page  # the None
+    latest = render_step(df, max_completions=1)
+    assert latest.startswith("<div><h4>Step 10:") and latest.count("<pre") == 1
+    assert "gold answer <b>2</b>" in latest
+    assert render_step(df.iloc[0:0]) == "<p>The completion log is empty: nothing to show yet.</p>"
 
 
-def test_early_vs_late_on_a_repeated_prompt(df):
-    table = early_vs_late(df)
-    assert len(table) == 1
-    row = table.iloc[0]
-    assert (row["early step"], row["late step"]) == (1, 3)
-    assert row["early mean reward"] == 0.25 and row["late mean reward"] == 2.5
-    assert "41" in row["early best"] and "42" in row["late best"]
+@pytest.mark.slow
+def test_a_real_tiny_grpo_run_is_read_as_trl_wrote_and_logged_it(tmp_path):
+    from helpers.callbacks import METRICS_FILE
+    from helpers.config import get_profile
+    from helpers.rewards import get_preset
+    from helpers.training import train_grpo
 
+    profile = get_profile("cpu-smoke", max_steps=2)
+    train_grpo(profile, tmp_path, warmup=False)
+    df = load_completions(tmp_path / "grpo")
+    names = [f.__name__ for f, _ in get_preset(profile.reward_preset, prefill=profile.prefill)]
+    assert df.attrs["rewards"] == names
+    assert {"step", "prompt", "completion", "advantage", "answer", "extracted"} <= set(df.columns)
+    assert df.groupby("step").size().to_dict() == {1: 2, 2: 2}  # one group of num_generations per step
+    assert df["prompt"].str.endswith("assistant\n<reasoning>\n").all()  # what the model saw, prefill included
 
-def test_early_vs_late_without_repeats_compares_first_and_last_steps(df):
-    table = early_vs_late(df[df["step"] != 3])
-    assert table["when"].tolist() == ["early", "late"]
-    assert table["mean reward"].tolist() == [0.25, 1.25]
-
-
-def test_render_html_escapes_and_shows_both_sides(df):
-    html = render_html(df, P1, 1)
-    assert "Step 1: 2 completions" in html
-    assert "&lt;/reasoning&gt;" in html and "</reasoning>\n" not in html
-    assert "Best of the latest step (3)" in html
-    assert "correctness_reward" in html
-
-
-def test_render_text_lists_completions(df):
-    text = render_text(df, P2)
-    assert text.splitlines()[1] == "step 2:"
-    assert "total=2.50" in text and "best of the latest step (3)" in text
-
-
-def test_explorer_widget_follows_prompt_and_step(df):
-    box = explorer(df)
-    prompt_box, slider, view = box.children
-    assert list(slider.options) == [1, 3] and slider.value == 3
-    slider.value = 1
-    assert "Step 1:" in view.value
-    prompt_box.value = P2
-    assert list(slider.options) == [2]
-    assert "Step 2:" in view.value
-
-
-def test_empty_log_renders_a_message(tmp_path):
-    path = tmp_path / "completions.jsonl"
-    path.write_text("")
-    df = load_completions(path)
-    assert "empty" in render_html(df)
-    assert early_vs_late(df).empty
-
-
-def test_conversational_completions_and_missing_rewards(tmp_path):
-    path = tmp_path / "completions.jsonl"
-    rows = [
-        {"step": 1, "prompt": "q", "completion": [{"role": "assistant", "content": "hi <answer>2</answer>"}],
-         "answer": "2", "rewards": {"a_reward": None}, "reward": None, "advantage": None},
-        {"step": 1, "prompt": "q", "completion": "plain", "answer": "2",
-         "rewards": {"a_reward": 1.0}, "reward": 1.0, "advantage": 0.5},
-    ]
-    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    df = load_completions(path)
-    assert df["completion"].tolist() == ["hi <answer>2</answer>", "plain"]
-    text = render_text(df)
-    assert "total=1.00" in text and "total=-" in text
-    assert "&ndash;" in render_html(df)
+    logged = {m["step"]: m for m in map(json.loads, (tmp_path / METRICS_FILE).read_text().splitlines())}
+    for step, group in df.groupby("step"):
+        assert group["reward"].mean() == pytest.approx(logged[step]["reward"], abs=1e-5)
+        std = group["reward"].std()  # Bessel's correction, as TRL
+        expected = (group["reward"] - group["reward"].mean()) / (std + 1e-4)
+        assert group["advantage"].tolist() == pytest.approx(expected.tolist(), abs=1e-4)
+    assert step_summary(df)["step"].tolist() == [1, 2]
+    assert "Step 2: 2 completions" in render_step(df)

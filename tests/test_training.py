@@ -1,210 +1,349 @@
-"""helpers.training: config checks (fast), and a killed run resuming cleanly (slow)."""
+"""helpers.training: config checks, the GRPOConfig of every profile, the warm-up, and a real run that resumes."""
 
-import dataclasses
+import copy
+import json
+import re
+from pathlib import Path
+from types import SimpleNamespace as NS
 
 import pytest
 
-from helpers.callbacks import read_jsonl
+from helpers import training
 from helpers.config import PROFILES, get_profile
+from helpers.prompts import PREFILL, build_prompt, encode, install_prefill
+from helpers.rewards import answer_matches, extract_answer, get_preset, has_strict_format
 from helpers.training import (
     REMOVED_ARGS,
     TrainingConfigError,
-    build_grpo_config,
-    check_settings,
-    choose_precision,
-    grpo_settings,
+    check_config,
+    ensure_adapter,
+    explain_config_error,
+    grpo_config,
     last_checkpoint,
-    prepare_resume,
-    split_rewards,
+    warmup_dataset,
 )
 
 SMOKE = get_profile("cpu-smoke")
-T4 = get_profile("colab-t4")
-T4_CC, A100_CC = (7, 5), (8, 0)
+T4, A100 = (7, 5), (8, 0)
+NOTEBOOK_03 = Path(__file__).resolve().parents[1] / "notebooks" / "03_grpo_training.ipynb"
 
 
-def _check(profile=SMOKE, capability=None, vllm_installed=None, **overrides):
-    s = grpo_settings(profile, "/tmp/run", capability=capability, **overrides)
-    check_settings(s, profile, capability=capability, vllm_installed=vllm_installed)
+def cfg(**changes):
+    """A stand-in for a GRPOConfig: check_config reads only these fields."""
+    return NS(**{**dict(bf16=False, fp16=False, max_completion_length=256, use_vllm=False), **changes})
 
 
-def test_every_profile_gives_valid_settings_for_the_installed_trl():
+def weights(profile):
+    return [w for _, w in get_preset(profile.reward_preset, prefill=profile.prefill)]
+
+
+# --------------------------------------------------------------------------- check_config
+
+
+@pytest.mark.parametrize("profile, config, capability, message", [
+    (SMOKE, cfg(bf16=True), None, "bf16=True on a CPU"),
+    (SMOKE, cfg(fp16=True), None, "fp16=True on a CPU"),
+    (get_profile("colab-t4"), cfg(bf16=True), T4, "compute capability 7.5"),
+    (get_profile("colab-t4", model="gemma3-1b"), cfg(fp16=True), T4, "Gemma 3 overflows in fp16"),
+    (SMOKE, cfg(max_completion_length=19), None, "too short for the 'arithmetic' task: .* at least 20"),
+    (get_profile("colab-t4"), cfg(max_completion_length=127, fp16=True), T4, "'gsm8k' task: .* at least 128"),
+    (SMOKE, cfg(max_completion_length=None), None, "max_completion_length=None is too short"),
+    (SMOKE, cfg(max_completion_length=300), None, r"300 \+ max_prompt_tokens=256 exceeds max_seq_length=512"),
+    (SMOKE, cfg(use_vllm=True), None, "vLLM needs a CUDA GPU"),
+])
+def test_check_config_rejects_what_trl_accepts(profile, config, capability, message):
+    with pytest.raises(TrainingConfigError, match=message):
+        check_config(config, profile, capability=capability, vllm_installed=True)
+
+
+@pytest.mark.parametrize("profile, config, capability", [
+    (SMOKE, cfg(max_completion_length=20), None),
+    (get_profile("colab-t4"), cfg(fp16=True), T4),
+    (get_profile("colab-t4", model="gemma3-1b"), cfg(), T4),  # float32 on a T4
+    (get_profile("gpu-large"), cfg(bf16=True, max_completion_length=512, use_vllm=True), A100),
+])
+def test_check_config_passes_what_the_profiles_choose(profile, config, capability):
+    check_config(config, profile, capability=capability, vllm_installed=True)
+
+
+def test_vllm_on_a_gpu_needs_it_installed():
+    large = get_profile("gpu-large")
+    config = cfg(bf16=True, max_completion_length=512, use_vllm=True)
+    with pytest.raises(TrainingConfigError, match=r"vLLM is not installed: `pip install grpo-course\[vllm\]`"):
+        check_config(config, large, capability=A100, vllm_installed=False)
+    if training.importlib.util.find_spec("vllm") is None:  # detected when not told
+        with pytest.raises(TrainingConfigError, match="not installed"):
+            check_config(config, large, capability=A100)
+
+
+def test_several_problems_are_reported_together():
+    with pytest.raises(TrainingConfigError) as err:
+        check_config(cfg(bf16=True, max_completion_length=8, use_vllm=True), SMOKE)
+    lines = str(err.value).splitlines()
+    assert lines[0] == "Fix these training settings:" and len(lines) == 4
+
+
+def test_the_course_config_passes(tmp_path):
+    check_config(grpo_config(SMOKE, tmp_path, weights(SMOKE)), SMOKE)
+
+
+# --------------------------------------------------------------------------- explain_config_error
+
+
+@pytest.mark.parametrize("name, fix", [("max_prompt_length", "TRL 0.28 removed `max_prompt_length`"),
+                                       ("warmup_ratio", "give `warmup_steps`")])
+def test_removed_arguments_get_their_fix(tmp_path, name, fix):
     from trl import GRPOConfig
 
-    fields = {f.name for f in dataclasses.fields(GRPOConfig)}
-    for profile in PROFILES.values():
-        cc = None if profile.backend == "transformers" else (A100_CC if profile.name == "gpu-large" else T4_CC)
-        settings = grpo_settings(profile, "/tmp/run", capability=cc)
-        assert set(settings) <= fields, (profile.name, set(settings) - fields)
-        check_settings(settings, profile, capability=cc, vllm_installed=True)
+    with pytest.raises(TypeError) as err:  # the pinned TRL / transformers really refuse them
+        GRPOConfig(output_dir=str(tmp_path), **{name: 1})
+    assert fix in explain_config_error(err.value) and explain_config_error(err.value) == REMOVED_ARGS[name]
+    with pytest.raises(TypeError) as err:  # grpo_config passes overrides straight to GRPOConfig
+        grpo_config(SMOKE, tmp_path, weights(SMOKE), **{name: 1})
+    assert explain_config_error(err.value) == REMOVED_ARGS[name]
 
 
-def test_config_built_from_profile_and_overrides():
-    cfg = build_grpo_config(SMOKE, "/tmp/run", learning_rate=2e-4, max_steps=3)
-    assert (cfg.learning_rate, cfg.max_steps, cfg.num_generations) == (2e-4, 3, SMOKE.num_generations)
-    assert cfg.output_dir.endswith("checkpoints") and cfg.use_cpu and not cfg.bf16 and not cfg.fp16
-    assert cfg.beta == 0.0 and cfg.generation_batch_size % cfg.num_generations == 0
+def test_other_errors_are_returned_as_they_are():
+    err = TypeError("__init__() got an unexpected keyword argument 'num_generation'")
+    assert explain_config_error(err) == str(err)
+    assert explain_config_error(ValueError("boom")) == "boom"
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (dict(num_generations=3), "does not divide the generation batch of 2"),
-    (dict(num_generations=1), "at least 2"),
-    (dict(num_generations=4, per_device_train_batch_size=6), "multiple of 4"),
-    (dict(max_prompt_length=128), "removed `max_prompt_length`"),
-    (dict(num_generation=4), "Did you mean num_generations"),
-    (dict(max_completion_length=8), "too short for the 'arithmetic' task"),
-    (dict(max_completion_length=400), "exceeds max_seq_length=512"),
-    (dict(bf16=True), "bf16=True on a CPU"),
-    (dict(fp16=True), "fp16=True on a CPU"),
-    (dict(use_vllm=True), "vLLM needs a CUDA GPU"),
-    (dict(learning_rate=5.0), "learning_rate=5.0"),
-])
-def test_bad_settings_are_rejected_with_what_to_change(overrides, message):
-    with pytest.raises(TrainingConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        _check(**overrides)
+# --------------------------------------------------------------------------- grpo_config
 
 
-def test_several_errors_are_reported_together():
-    with pytest.raises(TrainingConfigError) as err:
-        _check(num_generations=3, max_prompt_length=10)
-    assert "num_generations=3" in str(err.value) and "max_prompt_length" in str(err.value)
+def test_cpu_config_from_the_profile_and_overrides(tmp_path):
+    config = grpo_config(SMOKE, tmp_path, weights(SMOKE), max_steps=5, learning_rate=2e-4)
+    assert config.output_dir == str(tmp_path / "grpo")
+    assert (config.max_steps, config.learning_rate) == (5, 2e-4)
+    assert (config.num_generations, config.per_device_train_batch_size) == (2, 2)
+    assert config.max_completion_length == SMOKE.max_completion_length and config.beta == 0.0
+    assert config.reward_weights == weights(SMOKE) == [1.0, 0.5, 0.5, 0.25]
+    assert config.use_cpu and not config.bf16 and not config.fp16 and not config.use_vllm
+    assert config.log_completions and config.logging_steps == 1 and config.save_steps == SMOKE.save_steps
+    assert config.optim == "adamw_torch" and config.chat_template_kwargs is None
+    assert config.generation_batch_size % config.num_generations == 0
+    assert grpo_config(get_profile("cpu-demo"), tmp_path, weights(SMOKE)).num_generations == 8
+    with pytest.raises(TrainingConfigError, match="too short"):  # checked after the overrides
+        grpo_config(SMOKE, tmp_path, weights(SMOKE), max_completion_length=8)
 
 
-def test_removed_args_all_have_advice():
-    assert all(len(v) > 20 for v in REMOVED_ARGS.values())
+def test_t4_configs_build_on_a_cpu_with_an_explicit_capability(tmp_path):
+    t4 = grpo_config(get_profile("colab-t4"), tmp_path, [1.0] * 5, capability=T4)
+    assert (t4.fp16, t4.bf16, t4.use_cpu, t4.use_vllm) == (True, False, False, False)
+    assert t4.optim == "adamw_8bit" and t4.max_grad_norm == 0.1 and t4.mask_truncated_completions
+    assert t4.epsilon_high == 0.28 and t4.loss_type == "dapo"
+    gemma = grpo_config(get_profile("colab-t4", model="gemma3-1b"), tmp_path, [1.0] * 5, capability=T4)
+    assert (gemma.fp16, gemma.bf16) == (False, False)
 
 
-def test_precision_follows_compute_capability_not_bf16_flag():
-    assert choose_precision(T4, T4_CC) == {"bf16": False, "fp16": True}
-    assert choose_precision(T4, A100_CC) == {"bf16": True, "fp16": False}
-    gemma = get_profile("colab-t4", model="gemma3-1b")
-    assert choose_precision(gemma, T4_CC) == {"bf16": False, "fp16": False}  # fp32: fp16 overflows
-    assert choose_precision(SMOKE, None) == {"bf16": False, "fp16": False}
-    _check(T4, T4_CC)  # the profile's own choice passes
-    with pytest.raises(TrainingConfigError, match="compute capability 7.5"):
-        _check(T4, T4_CC, bf16=True, fp16=False)
-    with pytest.raises(TrainingConfigError, match="Gemma 3 overflows in fp16"):
-        _check(gemma, T4_CC, fp16=True)
-    _check(T4, A100_CC, bf16=True, fp16=False)
-
-
-def test_vllm_only_where_installed_and_colocated():
+def test_gpu_large_config(tmp_path, monkeypatch):
+    """bf16 cannot be built on a CPU (transformers checks the GPU) and vLLM is not installed here:
+    the test pretends both, and checks the refusal without them."""
     large = get_profile("gpu-large")
-    assert grpo_settings(large, "/tmp/r", capability=A100_CC)["vllm_mode"] == "colocate"
-    _check(large, A100_CC, vllm_installed=True)
-    with pytest.raises(TrainingConfigError, match="vLLM is not installed"):
-        _check(large, A100_CC, vllm_installed=False)
-    with pytest.raises(TrainingConfigError, match="colocate"):
-        _check(large, A100_CC, vllm_installed=True, vllm_mode="server")
+    if training.importlib.util.find_spec("vllm") is None:
+        with pytest.raises((TrainingConfigError, ValueError), match="vLLM is not installed|bf16/gpu"):
+            grpo_config(large, tmp_path, [1.0] * 5, capability=A100)
+    monkeypatch.setattr("transformers.training_args.is_torch_bf16_gpu_available", lambda: True)
+    monkeypatch.setattr(training, "importlib", NS(util=NS(find_spec=lambda name: object())))
+    config = grpo_config(large, tmp_path, [1.0] * 5, capability=A100)
+    assert (config.bf16, config.fp16, config.use_vllm, config.vllm_mode) == (True, False, True, "colocate")
+    assert config.vllm_gpu_memory_utilization == large.gpu_memory_utilization
+    assert config.chat_template_kwargs == {"enable_thinking": False}  # Qwen3: the course's own tags
+    assert config.max_completion_length == 512 and config.optim == "adamw_8bit"
 
 
-def test_split_rewards_weights_and_errors():
-    def a_reward(completions, **kw):
-        return [0.0] * len(completions)
-
-    def b_reward(completions, **kw):
-        return [1.0] * len(completions)
-
-    funcs, weights = split_rewards([(a_reward, 2.0), b_reward])
-    assert funcs == [a_reward, b_reward] and weights == [2.0, 1.0]
-    with pytest.raises(ValueError, match="appear twice"):
-        split_rewards([a_reward, a_reward])
-    with pytest.raises(ValueError, match="at least one"):
-        split_rewards([])
-
-
-def test_prepare_resume_truncates_logs_to_last_complete_checkpoint(tmp_path):
-    from helpers.callbacks import append_jsonl
-    from helpers.runs import write_json
-
-    for step in (2, 4):
-        write_json(tmp_path / "checkpoints" / f"checkpoint-{step}" / "trainer_state.json", {"global_step": step})
-    (tmp_path / "checkpoints" / "checkpoint-6").mkdir()  # killed while saving: no state file
-    append_jsonl(tmp_path / "metrics.jsonl", [{"step": s} for s in range(1, 7)])
-    append_jsonl(tmp_path / "completions.jsonl", [{"step": s} for s in (4, 5, 5, 6)])
-    ckpt, step = prepare_resume(tmp_path)
-    assert step == 4 and ckpt.name == "checkpoint-4" and last_checkpoint(tmp_path)[1] == 4
-    assert [r["step"] for r in read_jsonl(tmp_path / "metrics.jsonl")] == [1, 2, 3, 4]
-    assert [r["step"] for r in read_jsonl(tmp_path / "completions.jsonl")] == [4]
+@pytest.mark.parametrize("name", list(PROFILES))
+def test_every_profile_builds_a_checked_config(tmp_path, monkeypatch, name):
+    """On an Ampere GPU with vLLM installed (pretended: this machine has neither)."""
+    monkeypatch.setattr("transformers.training_args.is_torch_bf16_gpu_available", lambda: True)
+    monkeypatch.setattr(training, "importlib", NS(util=NS(find_spec=lambda name: object())))
+    profile = get_profile(name)
+    capability = A100 if profile.backend == "unsloth" else None
+    config = grpo_config(profile, tmp_path, weights(profile), capability=capability)
+    assert (config.num_generations, config.max_steps, config.optim) == (
+        profile.num_generations, profile.max_steps, profile.optim)
+    assert config.bf16 == (profile.backend == "unsloth") and config.use_cpu == (profile.backend != "unsloth")
+    assert len(config.reward_weights) == len(get_preset(profile.reward_preset))
 
 
-# --------------------------------------------------------------------------- slow: real training
+def _notebook_config(profile, run, capability):
+    """Run notebook 03's GRPOConfig cell with the names it reads."""
+    from helpers.config import get_model_spec
+    from helpers.preflight import precision
+
+    cell = next("".join(c["source"]) for c in json.loads(NOTEBOOK_03.read_text())["cells"]
+                if c["cell_type"] == "code" and "config = GRPOConfig(" in "".join(c["source"]))
+    names = dict(PROFILE=profile, RUN=Path(run), SPEC=get_model_spec(profile.model),
+                 REWARDS=get_preset(profile.reward_preset, prefill=profile.prefill),
+                 PRECISION=precision(profile, capability))
+    exec(compile(cell, str(NOTEBOOK_03), "exec"), names)  # noqa: S102 - the course's own notebook
+    return names["config"]
 
 
-class Crash(Exception):
-    pass
+@pytest.mark.parametrize("name, capability", [("cpu-smoke", None), ("cpu-demo", None), ("colab-t4", T4)])
+def test_grpo_config_is_what_notebook_03_writes_out(tmp_path, capsys, name, capability):
+    profile = get_profile(name)
+    ours = grpo_config(profile, tmp_path, weights(profile), capability=capability).to_dict()
+    assert _notebook_config(profile, tmp_path, capability).to_dict() == ours
 
 
-def _tiny_setup(profile):
-    from datasets import Dataset
+# --------------------------------------------------------------------------- warm-up rows
 
-    from helpers.data import build_prompt
+
+@pytest.fixture(scope="module")
+def tok():
+    from helpers.models import load_tokenizer
+
+    return load_tokenizer(SMOKE)
+
+
+def test_warmup_rows_are_prompt_completion_conversations_in_the_format(tok):
+    rows = warmup_dataset(SMOKE, tok)
+    assert rows.num_rows == SMOKE.warmup_examples and rows.column_names == ["prompt", "completion"]
+    for row in rows:
+        question = row["prompt"][-1]["content"]
+        assert row["prompt"] == build_prompt(question)
+        (message,) = row["completion"]
+        assert message["role"] == "assistant" and message["content"].startswith("<reasoning>\n")
+        assert has_strict_format(message["content"])
+        a, b = map(int, re.fullmatch(r"What is (\d) \+ (\d)\?", question).groups())  # level add1
+        assert answer_matches(extract_answer(message["content"]), a + b)
+
+
+def test_warmup_rows_carry_template_kwargs_and_fold_the_system_prompt_where_needed(tok):
+    qwen3 = warmup_dataset(get_profile("cpu-smoke", model="qwen3-1.7b"), tok)
+    assert qwen3[0]["chat_template_kwargs"] == {"enable_thinking": False}
+
+    class NoSystemRole:  # a Gemma-style template that refuses a system message
+        def apply_chat_template(self, msgs, **kwargs):
+            if msgs[0]["role"] == "system":
+                raise ValueError("System role not supported")
+            return "".join(m["content"] for m in msgs)
+
+    rows = warmup_dataset(SMOKE, NoSystemRole())
+    assert [m["role"] for m in rows[0]["prompt"]] == ["user"]
+
+
+# --------------------------------------------------------------------------- checkpoints, ensure_adapter
+
+
+def _checkpoint(run, step, complete=True):
+    folder = run / "grpo" / f"checkpoint-{step}"
+    folder.mkdir(parents=True)
+    if complete:
+        (folder / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+
+
+def test_last_checkpoint_is_the_newest_complete_one(tmp_path):
+    assert last_checkpoint(tmp_path) is None
+    (tmp_path / "grpo" / "completions").mkdir(parents=True)
+    assert last_checkpoint(tmp_path) is None
+    for step in (2, 10):
+        _checkpoint(tmp_path, step)
+    assert last_checkpoint(tmp_path) == str(tmp_path / "grpo" / "checkpoint-10")  # by number, not by name
+    _checkpoint(tmp_path, 12, complete=False)  # a disconnect while saving: no trainer_state.json
+    assert last_checkpoint(tmp_path) == str(tmp_path / "grpo" / "checkpoint-10")
+
+
+def test_ensure_adapter_returns_an_existing_adapter_without_training(tmp_path, monkeypatch, capsys):
+    (tmp_path / "adapter").mkdir()
+    (tmp_path / "adapter" / "adapter_config.json").write_text("{}")
+    monkeypatch.setattr(training, "train_grpo", lambda *a, **k: pytest.fail("trained again"))
+    assert ensure_adapter(SMOKE, tmp_path) == tmp_path / "adapter"
+    assert capsys.readouterr().out == ""
+
+
+def test_ensure_adapter_says_what_it_will_do_then_trains(tmp_path, monkeypatch, capsys):
+    calls = []
+
+    def fake_train(profile, run, **kwargs):
+        calls.append((profile.name, Path(run), kwargs))
+
+    monkeypatch.setattr(training, "train_grpo", fake_train)
+    assert ensure_adapter(SMOKE, tmp_path, warmup=False) == tmp_path / "adapter"
+    out = capsys.readouterr().out
+    assert out.startswith(f"No adapter in {tmp_path / 'adapter'}: training one now with profile 'cpu-smoke'")
+    assert "(2 steps, about 0.7 minutes)" in out
+    assert calls == [("cpu-smoke", tmp_path, {"warmup": False})]
+    ensure_adapter(get_profile("cpu-demo"), tmp_path)
+    assert "(60 steps, at most 10 minutes)" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------- slow: the bundled model
+
+
+@pytest.fixture(scope="module")
+def lora_model():
     from helpers.models import load_model
-    from helpers.rewards import get_preset
-    from helpers.tasks import generate_arithmetic
 
-    model, tok = load_model(profile)
-    rows = generate_arithmetic(8, "add2-small", seed=0)
-    ds = Dataset.from_list([{"prompt": build_prompt(r["question"], prefill=True), "answer": r["answer"],
-                             "question": r["question"]} for r in rows])
-    return model, tok, ds, get_preset("arithmetic")
+    return load_model(SMOKE)
 
 
 @pytest.mark.slow
-def test_killed_run_resumes_without_repeating_or_losing_steps(tmp_path):
-    from transformers import TrainerCallback
+def test_sft_trains_on_the_completion_after_the_prompt_grpo_will_see(lora_model, tmp_path):
+    from trl import SFTConfig, SFTTrainer
 
-    from helpers.training import build_trainer, train
-
-    profile = get_profile("cpu-smoke", max_steps=4, save_steps=2)
-
-    class CrashAt(TrainerCallback):
-        def on_step_end(self, args, state, control, **kwargs):
-            if state.global_step == 3:
-                raise Crash("simulated disconnect")
-
-    model, tok, ds, rewards = _tiny_setup(profile)
-    trainer = build_trainer(model, tok, ds, rewards, build_grpo_config(profile, tmp_path), run=tmp_path,
-                            dashboard=False)
-    trainer.add_callback(CrashAt())  # after the logs: step 3's completions are written, then the kill
-    with pytest.raises(Crash):
-        train(trainer, tmp_path)
-    assert last_checkpoint(tmp_path)[1] == 2
-    assert {r["step"] for r in read_jsonl(tmp_path / "completions.jsonl")} == {1, 2, 3}
-
-    model, tok, ds, rewards = _tiny_setup(profile)  # a fresh process after the disconnect
-    trainer = build_trainer(model, tok, ds, rewards, build_grpo_config(profile, tmp_path), run=tmp_path,
-                            dashboard=False)
-    summary = train(trainer, tmp_path)
-    assert summary["resumed_from_step"] == 2 and summary["global_step"] == 4
-    metrics = read_jsonl(tmp_path / "metrics.jsonl")
-    assert [m["step"] for m in metrics] == [1, 2, 3, 4]
-    assert all("reward" in m and "frac_reward_zero_std" in m for m in metrics)
-    completions = read_jsonl(tmp_path / "completions.jsonl")
-    per_step = {s: sum(r["step"] == s for r in completions) for s in (1, 2, 3, 4)}
-    assert per_step == {s: profile.per_device_train_batch_size for s in (1, 2, 3, 4)}
-    row = completions[-1]
-    assert row["prompt"].startswith("What is") and row["answer"] is not None
-    assert set(row["rewards"]) == {getattr(f, "__name__") for f, _ in rewards}
-    assert isinstance(row["reward"], float) and isinstance(row["advantage"], float)
-    assert (tmp_path / "adapter" / "adapter_config.json").is_file()
+    model, tok = lora_model
+    args = SFTConfig(output_dir=str(tmp_path), completion_only_loss=True, use_cpu=True, report_to="none")
+    for prefill in (PREFILL, ""):
+        tokenizer = install_prefill(copy.deepcopy(tok), prefill)
+        rows = warmup_dataset(SMOKE, tokenizer)
+        sft = SFTTrainer(model=model, args=args, train_dataset=rows, processing_class=tokenizer)
+        example, row = sft.train_dataset[0], rows[0]
+        start = next(i for i, label in enumerate(example["labels"]) if label != -100)
+        assert example["input_ids"][:start] == encode(tokenizer, [row["prompt"]])[0]
+        learned = tokenizer.decode(example["input_ids"][start:])
+        content = row["completion"][0]["content"]
+        assert learned == content[len(prefill):] + "<|im_end|>\n"  # the model learns to continue and to stop
 
 
 @pytest.mark.slow
-def test_ensure_adapter_trains_once_and_leaves_a_self_describing_run(tmp_path):
+def test_run_warmup_saves_the_warmup_adapter(lora_model, tmp_path):
+    import torch
+    from transformers import AutoTokenizer
+
+    from helpers.prompts import installed_prefill
+    from helpers.training import run_warmup
+
+    model, tok = lora_model
+    summary = run_warmup(model, tok, SMOKE, tmp_path)
+    assert summary["examples"] == SMOKE.warmup_examples == 8 and summary["steps"] == 1
+    assert isinstance(summary["final_loss"], float) and summary["final_loss"] > 0
+    folder = tmp_path / "warmup-adapter"
+    assert (folder / "adapter_config.json").is_file() and (folder / "adapter_model.safetensors").is_file()
+    assert installed_prefill(AutoTokenizer.from_pretrained(str(folder))) == PREFILL
+    assert any(torch.count_nonzero(p) for n, p in model.named_parameters() if "lora_B" in n)  # it learned
+
+
+@pytest.mark.slow
+def test_train_grpo_writes_a_run_and_a_stopped_run_resumes_where_it_stopped(tmp_path):
+    from helpers.explorer import load_completions
     from helpers.runs import read_json
-    from helpers.training import ensure_adapter
+    from helpers.training import train_grpo
 
-    profile = get_profile("cpu-smoke", max_steps=2, warmup_examples=4)
-    path = ensure_adapter(profile, tmp_path)
-    assert (path / "adapter_config.json").is_file()
-    for name in ("train_config.json", "run.json", "metrics.jsonl", "completions.jsonl",
-                 "train_summary.json", "figures/dashboard.png", "dataset"):
+    # a time budget shorter than one step: GRPO stops after step 1 and saves a checkpoint there
+    first = train_grpo(get_profile("cpu-smoke", max_steps=2, time_budget_minutes=0.01), tmp_path)["summary"]
+    assert first["global_step"] == 1 and first["stopped_by_time_budget"] and first["resumed_from"] is None
+    assert first["warmup"]["examples"] == 8
+    assert last_checkpoint(tmp_path) == str(tmp_path / "grpo" / "checkpoint-1")
+    for name in ("adapter/adapter_config.json", "adapter/chat_template.jinja", "warmup-adapter/adapter_config.json",
+                 "train_config.json", "run.json", "metrics.jsonl", "figures/dashboard.png",
+                 "grpo/completions/completions_00001.parquet", "dataset"):
         assert (tmp_path / name).exists(), name
-    cfg = read_json(tmp_path / "train_config.json")
-    assert cfg["profile"]["name"] == "cpu-smoke" and cfg["warmup"]["examples"] == 4
-    assert cfg["grpo_config"]["max_steps"] == 2 and cfg["prefill"] == "<reasoning>\n"
-    assert read_json(tmp_path / "run.json")["versions"]["trl"]
-    mtime = (path / "adapter_config.json").stat().st_mtime
-    assert ensure_adapter(profile, tmp_path) == path  # present: no training
-    assert (path / "adapter_config.json").stat().st_mtime == mtime
+    warmup_mtime = (tmp_path / "warmup-adapter" / "adapter_model.safetensors").stat().st_mtime_ns
+
+    second = train_grpo(get_profile("cpu-smoke", max_steps=2), tmp_path)["summary"]
+    assert second["resumed_from"] == str(tmp_path / "grpo" / "checkpoint-1")
+    assert second["global_step"] == 2 and second["warmup"] is None and not second["stopped_by_time_budget"]
+    assert (tmp_path / "warmup-adapter" / "adapter_model.safetensors").stat().st_mtime_ns == warmup_mtime
+
+    metrics = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [1, 2]  # each step once, the first from the checkpoint
+    assert all("reward" in m and "frac_reward_zero_std" in m for m in metrics)
+    assert sorted(load_completions(tmp_path / "grpo")["step"].unique()) == [1, 2]
+    config = read_json(tmp_path / "train_config.json")
+    assert config["profile"]["name"] == "cpu-smoke" and config["prefill"] == PREFILL
+    assert config["grpo_config"]["max_steps"] == 2 and config["summary"]["global_step"] == 2
+    assert [r["weight"] for r in config["rewards"]] == weights(SMOKE)
+    assert read_json(tmp_path / "run.json")["versions"]["trl"] == "1.13.0"

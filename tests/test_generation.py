@@ -1,0 +1,241 @@
+"""helpers.generation: the model is fed exactly TRL's prompt ids; greedy is deterministic, sampling seeded."""
+
+import sys
+import types
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from helpers.config import get_profile
+from helpers.generation import SamplingSettings, generate, transcript
+from helpers.models import load_tokenizer
+from helpers.prompts import SYSTEM_PROMPT, build_prompt, encode
+
+QUESTIONS = ["What is 2 + 3?", "A much longer question, so that the prompts differ in length: what is 40 + 15?",
+             "Name a colour."]
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return load_tokenizer(get_profile("cpu-smoke"))
+
+
+class RecordingModel:
+    """Stands in for a causal LM: records what ``generate`` gets and appends one digit per row, then EOS."""
+
+    def __init__(self, tok):
+        self.tok, self.calls, self.training, self.device = tok, [], True, torch.device("cpu")
+        self.rows = 0
+
+    def eval(self):
+        self.training = False
+
+    def train(self, mode=True):
+        self.training = mode
+
+    def generate(self, input_ids, attention_mask, **kwargs):
+        self.calls.append(dict(kwargs, input_ids=input_ids, attention_mask=attention_mask, training=self.training))
+        out = input_ids.repeat_interleave(kwargs["num_return_sequences"], dim=0)
+        digits = [self.tok.convert_tokens_to_ids(str((self.rows + r) % 10)) for r in range(len(out))]
+        self.rows += len(out)
+        new = torch.tensor([[d, self.tok.eos_token_id] for d in digits])
+        return torch.cat([out, new], dim=1)
+
+
+def test_the_model_gets_the_encoded_prompts_left_padded(tok):
+    prompts = [build_prompt(q) for q in QUESTIONS]
+    model = RecordingModel(tok)
+    outs = generate(model, tok, prompts, SamplingSettings(max_new_tokens=5), batch_size=2)
+    ids = encode(tok, prompts)
+    assert len(model.calls) == 2  # batches of 2 and 1
+    sent = [row for call in model.calls for row in call["input_ids"].tolist()]
+    masks = [row for call in model.calls for row in call["attention_mask"].tolist()]
+    for x, row, mask in zip(ids, sent, masks):
+        pad = len(row) - len(x)
+        assert row == [tok.pad_token_id] * pad + x
+        assert mask == [0] * pad + [1] * len(x)
+    assert ids[0][-3:] == tok("<|im_start|>assistant\n<reasoning>\n", add_special_tokens=False)["input_ids"][-3:]
+    assert outs == [["0"], ["1"], ["2"]]  # only the new text, EOS removed, in prompt order
+
+
+def test_several_samples_per_prompt_are_grouped_by_prompt(tok):
+    model = RecordingModel(tok)
+    settings = SamplingSettings(max_new_tokens=4, temperature=0.7, top_p=0.9, num_return_sequences=3, seed=5)
+    outs = generate(model, tok, [build_prompt(q) for q in QUESTIONS[:2]], settings)
+    assert outs == [["0", "1", "2"], ["3", "4", "5"]]
+    call = model.calls[0]
+    assert call["do_sample"] and call["temperature"] == 0.7 and call["top_p"] == 0.9 and call["top_k"] == 0
+    assert call["num_return_sequences"] == 3 and call["max_new_tokens"] == 4
+    assert call["eos_token_id"] == tok.eos_token_id and call["pad_token_id"] == tok.pad_token_id
+
+
+def test_greedy_unsets_sampling_knobs_and_the_training_mode_comes_back(tok):
+    model = RecordingModel(tok)
+    generate(model, tok, [build_prompt("hi")], SamplingSettings())
+    call = model.calls[0]
+    assert call["do_sample"] is False and call["temperature"] is None and call["top_p"] is None
+    assert call["training"] is False and model.training is True
+
+
+def test_text_prompts_get_no_template_and_template_kwargs_reach_encode(tok, monkeypatch):
+    model = RecordingModel(tok)
+    generate(model, tok, ["Question: 2 + 2 =", "hello world"], SamplingSettings(max_new_tokens=2))
+    sent = model.calls[0]["input_ids"].tolist()
+    expected = tok(text=["Question: 2 + 2 =", "hello world"])["input_ids"]
+    assert [row[len(row) - len(x):] for row, x in zip(sent, expected)] == expected
+    assert len(sent[0]) == len(expected[0])  # the longer prompt: no template around it, no padding
+
+    seen = {}
+
+    def spy(tokenizer, prompts, **kwargs):
+        seen.update(kwargs)
+        return encode(tokenizer, prompts)
+
+    monkeypatch.setattr("helpers.generation.encode", spy)
+    generate(model, tok, [build_prompt("hi")], chat_template_kwargs={"enable_thinking": False})
+    assert seen == {"enable_thinking": False}
+
+
+# --------------------------------------------------------------------------- vLLM backends, faked
+
+
+class Params:
+    def __init__(self, **kwargs):
+        self.kwargs = kwargs
+
+
+class LoRARequest:
+    def __init__(self, **kwargs):
+        self.kwargs = kwargs
+
+
+@pytest.fixture()
+def fake_vllm(monkeypatch):
+    vllm, lora, request = (types.ModuleType(n) for n in ("vllm", "vllm.lora", "vllm.lora.request"))
+    vllm.SamplingParams, request.LoRARequest = Params, LoRARequest
+    for module in (vllm, lora, request):
+        monkeypatch.setitem(sys.modules, module.__name__, module)
+
+
+def _outputs(prompts, params):
+    return [SimpleNamespace(outputs=[SimpleNamespace(text=f"p{i}s{j}") for j in range(params.kwargs["n"])])
+            for i, _ in enumerate(prompts)]
+
+
+class UnslothFastModel:
+    """An Unsloth model loaded with fast_inference=True: its vLLM engine holds the base weights."""
+
+    vllm_engine = object()
+
+    def __init__(self):
+        self.calls = []
+
+    def load_lora(self, path):
+        return ("lora", path)
+
+    def fast_generate(self, prompts, sampling_params, lora_request, use_tqdm):
+        self.calls.append(dict(prompts=prompts, params=sampling_params.kwargs, lora=lora_request))
+        return _outputs(prompts, sampling_params)
+
+
+class FakeLLM:
+    def __init__(self):
+        self.calls = []
+
+    def generate(self, prompts, sampling_params, lora_request, use_tqdm):
+        self.calls.append(dict(prompts=prompts, params=sampling_params.kwargs, lora=lora_request))
+        return _outputs(prompts, sampling_params)
+
+
+FakeLLM.__module__ = "vllm.entrypoints.llm"
+
+
+def test_unsloth_fast_generate_gets_the_adapter_as_a_lora_request(tok, fake_vllm):
+    model = UnslothFastModel()
+    prompts = [build_prompt(q) for q in QUESTIONS[:2]]
+    outs = generate(model, tok, prompts, SamplingSettings(max_new_tokens=9, num_return_sequences=2, seed=4),
+                    adapter="/runs/x/adapter")
+    assert outs == [["p0s0", "p0s1"], ["p1s0", "p1s1"]]
+    call = model.calls[0]
+    assert call["prompts"] == [{"prompt_token_ids": x} for x in encode(tok, prompts)]
+    assert call["lora"] == ("lora", "/runs/x/adapter")
+    assert call["params"] == dict(n=2, temperature=0.0, top_p=1.0, max_tokens=9, seed=4)
+    generate(model, tok, prompts[:1], SamplingSettings())
+    assert model.calls[1]["lora"] is None  # no adapter: the base model
+
+
+def test_a_vllm_llm_gets_a_named_lora_request(tok, fake_vllm):
+    llm = FakeLLM()
+    generate(llm, tok, [build_prompt("hi")], SamplingSettings(temperature=0.8, top_p=0.5), adapter="/r/adapter")
+    call = llm.calls[0]
+    assert call["lora"].kwargs == dict(lora_name="adapter", lora_int_id=1, lora_path="/r/adapter")
+    assert call["params"]["temperature"] == 0.8 and call["params"]["top_p"] == 0.5
+
+
+# --------------------------------------------------------------------------- transcript
+
+
+def test_transcript_asks_each_question_fresh_and_keeps_the_prefill(tok):
+    model = RecordingModel(tok)
+    msgs = transcript(model, tok, QUESTIONS[:2], SamplingSettings(max_new_tokens=3))
+    assert msgs == [{"role": "user", "content": QUESTIONS[0]}, {"role": "assistant", "content": "<reasoning>\n0"},
+                    {"role": "user", "content": QUESTIONS[1]}, {"role": "assistant", "content": "<reasoning>\n1"}]
+    sent = model.calls[0]["input_ids"].tolist()
+    expected = encode(tok, [build_prompt(q, SYSTEM_PROMPT) for q in QUESTIONS[:2]])
+    assert [row[len(row) - len(x):] for row, x in zip(sent, expected)] == expected
+
+    model = RecordingModel(tok)
+    transcript(model, tok, ["hi"], SamplingSettings(), system_prompt=None)
+    assert model.calls[0]["input_ids"].tolist() == encode(tok, [[{"role": "user", "content": "hi"}]])
+
+
+# --------------------------------------------------------------------------- slow: the bundled model
+
+
+@pytest.fixture(scope="module")
+def bundled():
+    from helpers.models import load_model
+
+    model, tokenizer = load_model(get_profile("cpu-smoke"), lora=False)
+    return model, tokenizer
+
+
+@pytest.mark.slow
+def test_greedy_continues_exactly_the_encoded_prompt(bundled):
+    model, tok = bundled
+    prompt = build_prompt("What is 15 + 27?")
+    ids = torch.tensor([encode(tok, [prompt])[0]])
+    new = []
+    with torch.no_grad():  # greedy by hand: argmax of the next token, 8 times
+        for _ in range(8):
+            nxt = model(input_ids=ids).logits[0, -1].argmax()
+            if nxt.item() == tok.eos_token_id:
+                break
+            new.append(nxt.item())
+            ids = torch.cat([ids, nxt.view(1, 1)], dim=1)
+    assert generate(model, tok, [prompt], SamplingSettings(max_new_tokens=8)) == [[tok.decode(new)]]
+
+
+@pytest.mark.slow
+def test_greedy_is_deterministic_and_batches_match_one_by_one(bundled):
+    model, tok = bundled
+    prompts = [build_prompt(q) for q in QUESTIONS]
+    settings = SamplingSettings(max_new_tokens=16)
+    batched = generate(model, tok, prompts, settings, batch_size=3)
+    assert generate(model, tok, prompts, settings, batch_size=3) == batched
+    assert [generate(model, tok, [p], settings)[0] for p in prompts] == batched
+    assert all(len(o) == 1 and o[0].strip() for o in batched)
+
+
+@pytest.mark.slow
+def test_sampling_with_a_seed_is_reproducible(bundled):
+    model, tok = bundled
+    prompts = [build_prompt(q) for q in QUESTIONS[:2]]
+    settings = SamplingSettings(max_new_tokens=16, temperature=1.0, num_return_sequences=3, seed=7)
+    first = generate(model, tok, prompts, settings)
+    assert generate(model, tok, prompts, settings) == first
+    assert all(len(group) == 3 for group in first)
+    other = generate(model, tok, prompts, SamplingSettings(max_new_tokens=16, temperature=1.0,
+                                                           num_return_sequences=3, seed=8))
+    assert other != first

@@ -1,0 +1,77 @@
+"""helpers.merge: disk needed, the dtype a merge wrote, and the greedy check of a merged model."""
+
+import json
+
+import pytest
+
+from helpers.config import get_profile
+from helpers.merge import VerifyReport, merged_size_bytes, saved_dtype, verify_merged
+
+from .adapters import PROMPTS, perturbed_lora_model, save_adapter
+
+
+def test_merged_size_follows_parameters_and_dtype():
+    smoke = get_profile("cpu-smoke")
+    assert merged_size_bytes(smoke, "float32") == int(0.135e9 * 4 * 1.05)
+    assert merged_size_bytes(smoke, "bfloat16") == merged_size_bytes(smoke, "float16")
+    assert merged_size_bytes(smoke, "float32") == pytest.approx(2 * merged_size_bytes(smoke, "bfloat16"), abs=1)
+    assert merged_size_bytes(get_profile("colab-t4"), "bfloat16") == int(1.5e9 * 2 * 1.05)
+    with pytest.raises(ValueError, match="choose one of"):
+        merged_size_bytes(smoke, "int4")
+
+
+@pytest.mark.parametrize("config, expected", [
+    ({"dtype": "float32"}, "float32"),
+    ({"torch_dtype": "bfloat16"}, "bfloat16"),  # transformers 4 wrote this key
+    ({"text_config": {"dtype": "float16"}}, "float16"),  # Gemma 3 style: the text model's dtype
+    ({"model_type": "llama"}, None),
+])
+def test_saved_dtype_reads_config_json(tmp_path, config, expected):
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert saved_dtype(tmp_path) == expected
+
+
+def test_saved_dtype_of_a_missing_or_broken_folder_is_none(tmp_path):
+    assert saved_dtype(tmp_path / "missing") is None
+    (tmp_path / "config.json").write_text("{not json")
+    assert saved_dtype(tmp_path) is None
+
+
+def test_report_counts_matching_prompts():
+    report = VerifyReport(["a", "b\nc", "d"], ["a", "b\nc", "x"])
+    assert report.matches == [True, True, False] and not report.all_match
+    assert str(report).startswith("2/3 prompts give the same greedy output")
+    table = report.table()
+    assert list(table.columns) == ["adapter model", "merged model", "same"]
+    assert table.loc[1, "adapter model"] == "b \u21b5 c"
+    assert VerifyReport(["a"], ["a"]).all_match
+    assert not VerifyReport([], []).all_match  # nothing compared proves nothing
+
+
+@pytest.mark.slow
+def test_a_float32_merge_matches_and_a_wrong_merge_or_a_bf16_copy_does_not(tmp_path):
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from helpers.models import load_model
+
+    profile = get_profile("cpu-smoke")
+    model, tok = perturbed_lora_model(profile, seed=0)
+    adapter = save_adapter(model, tok, tmp_path / "adapter")
+
+    full_base, _ = load_model(profile, lora=False)  # notebook 04's merge: float32 base + adapter
+    merged = PeftModel.from_pretrained(full_base, str(adapter)).merge_and_unload()
+    merged.save_pretrained(str(tmp_path / "merged"))
+    assert saved_dtype(tmp_path / "merged") == "float32"
+    reloaded = AutoModelForCausalLM.from_pretrained(str(tmp_path / "merged"), dtype=torch.float32)
+    report = verify_merged(model, reloaded, tok, PROMPTS, max_new_tokens=24)
+    assert report.matches == [True] * 4, report.table()
+
+    merged.to(torch.bfloat16).save_pretrained(str(tmp_path / "bf16"))
+    assert saved_dtype(tmp_path / "bf16") == "bfloat16"
+    bf16 = AutoModelForCausalLM.from_pretrained(str(tmp_path / "bf16"), dtype=torch.bfloat16)
+    assert not verify_merged(model, bf16, tok, PROMPTS, max_new_tokens=24).all_match
+
+    wrong, _ = perturbed_lora_model(profile, seed=1)  # another adapter's update merged in
+    assert not verify_merged(model, wrong.merge_and_unload(), tok, PROMPTS, max_new_tokens=24).all_match
