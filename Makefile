@@ -36,12 +36,13 @@ course: setup
 test: setup contract-env
 	COURSE_PROFILE=cpu-smoke COURSE_CONTRACT_PYTHON=$(abspath $(CONTRACT_PY)) \
 	HF_HUB_OFFLINE=1 MPLBACKEND=Agg \
-	$(PY) -m pytest tests notebooks -p no:cacheprovider \
+	$(PY) -m pytest tests helpers notebooks -p no:cacheprovider --doctest-modules \
 	  --nbval-lax --current-env --nbval-cell-timeout=900
 
 # The unit tests alone (no notebooks, no contract environment needed for most).
 unit: setup
-	COURSE_PROFILE=cpu-smoke HF_HUB_OFFLINE=1 MPLBACKEND=Agg $(PY) -m pytest tests -p no:cacheprovider -m "not contract"
+	COURSE_PROFILE=cpu-smoke HF_HUB_OFFLINE=1 MPLBACKEND=Agg $(PY) -m pytest tests helpers -p no:cacheprovider \
+	  --doctest-modules -m "not contract"
 
 # A second environment for the contract tests: the CPU stack of .venv plus Unsloth,
 # installed without its GPU dependencies, so `import unsloth` works with UNSLOTH_ALLOW_CPU=1.

@@ -1,11 +1,13 @@
-"""Wall time of the course and of the test suite on this machine.
+"""Wall time of the course, notebook by notebook, and of the test suite on this machine.
 
     python bench/course.py [--what course-smoke course-demo test]
 
-Runs `make course` with COURSE_PROFILE=cpu-smoke and cpu-demo (each into a
-fresh run folder) and `make test`, and prints one JSON object with the seconds
-each took, the machine's core count and whether each succeeded. Progress goes
-to stderr. Not a test: it never gates CI.
+Runs the course runner (what `make course` runs) on cpu-smoke and cpu-demo,
+each into a fresh run folder with the network cut off from the Hub
+(HF_HUB_OFFLINE), and `make test`, and prints one JSON object: the seconds each
+took, each notebook's minutes (what the profiles' `minutes` record), the
+held-out evaluation of the run, the machine's core count and whether each
+succeeded. Progress goes to stderr. Not a test: it never gates CI.
 """
 
 from __future__ import annotations
@@ -19,18 +21,29 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+PY = str(ROOT / ".venv" / "bin" / "python")
 JOBS = {
-    "course-smoke": (["make", "course"], {"COURSE_PROFILE": "cpu-smoke"}),
-    "course-demo": (["make", "course"], {"COURSE_PROFILE": "cpu-demo"}),
+    "course-smoke": ([PY, "tools/course.py", "run", "--profile", "cpu-smoke"], {"HF_HUB_OFFLINE": "1"}),
+    "course-demo": ([PY, "tools/course.py", "run", "--profile", "cpu-demo"], {"HF_HUB_OFFLINE": "1"}),
     "test": (["make", "test"], {}),
 }
 
 
 def timed(cmd: list[str], env: dict[str, str]) -> dict:
+    import tempfile
+
+    run = Path(tempfile.mkdtemp(prefix="bench-course-"))
+    if "tools/course.py" in cmd:
+        cmd = cmd + ["--run-dir", str(run)]
     start = time.time()
-    proc = subprocess.run(cmd, cwd=ROOT, env=dict(os.environ, **env), stdout=sys.stderr,
-                          stderr=sys.stderr)
-    return {"seconds": round(time.time() - start, 1), "ok": proc.returncode == 0}
+    proc = subprocess.run(cmd, cwd=ROOT, env=dict(os.environ, **env), stdout=sys.stderr, stderr=sys.stderr)
+    out = {"seconds": round(time.time() - start, 1), "ok": proc.returncode == 0}
+    summary = run / "summary.json"
+    if summary.is_file():
+        data = json.loads(summary.read_text())
+        out["minutes"] = {k: round(v / 60, 1) for k, v in data["notebooks"].items()}
+        out["eval"] = (data.get("eval") or {}).get("sides")
+    return out
 
 
 def main() -> int:

@@ -44,29 +44,26 @@ def main(argv: list[str] | None = None) -> int:
     from helpers import data as D
     from helpers.config import get_profile
     from helpers.models import load_tokenizer
+    from helpers.tasks import load_gsm8k
 
     profile = get_profile(args.profile)
     t = time.perf_counter()
-    tok = load_tokenizer("smollm2-135m")
+    tok = load_tokenizer(get_profile("cpu-smoke"))  # the bundled tokenizer, with the course's prefill
     tokenizer_s = time.perf_counter() - t
     log(f"tokenizer loaded in {tokenizer_s:.1f}s")
 
     stages: dict[str, float] = {}
     t0 = time.perf_counter()
     t = t0
-    train = D.load_gsm8k("train", source=data)
-    test = D.load_gsm8k("test", source=data)
+    gsm8k = load_gsm8k(data)
     stages["load"] = time.perf_counter() - t
-    t = time.perf_counter()
-    train_rows, test_rows = D.parse_gsm8k(train), D.parse_gsm8k(test)
-    stages["parse_answers"] = time.perf_counter() - t
-    log(f"loaded and parsed {train_rows.num_rows} + {test_rows.num_rows} rows")
+    log(f"loaded {gsm8k['train'].num_rows} + {gsm8k['test'].num_rows} rows")
     t = time.perf_counter()
     splits, card = D.prepare_dataset(
-        train_rows, tok, train_rows=profile.train_rows, eval_rows=profile.eval_rows,
-        max_prompt_tokens=profile.max_prompt_tokens, seed=profile.seed, eval_source=test_rows,
+        gsm8k["train"], tok, train_rows=profile.train_rows, eval_rows=profile.eval_rows,
+        max_prompt_tokens=profile.max_prompt_tokens, seed=profile.seed, eval_source=gsm8k["test"],
         source={"task": "gsm8k", "from": str(data)})
-    stages["validate_prompt_tokenise_filter_split"] = time.perf_counter() - t
+    stages["answers_validate_prompt_tokenise_filter_split"] = time.perf_counter() - t
     with tempfile.TemporaryDirectory() as tmp:
         t = time.perf_counter()
         D.save_prepared(splits, Path(tmp) / "dataset", card)

@@ -1,15 +1,16 @@
-"""Evaluation throughput on CPU: completions per second of the before/after evaluation.
+"""Evaluation throughput on CPU: completions per second of notebook 04's evaluation.
 
     python bench/eval_throughput.py [--profile cpu-demo] [--prompts 64] [--batch-size 16]
 
 Loads the bundled model with a fresh LoRA (a fresh LoRA computes exactly what
 the base does, so speed is what matters here), prepares the profile's eval
-split in a temporary run folder, and runs ``evaluate_before_after`` on the
-first ``--prompts`` prompts with the profile's evaluation settings (greedy,
-``max_completion_length`` tokens, the training prefill). Prints one JSON
-object: completions/second per side and overall, tokens/second, seconds, and
-the projected time of the notebook's evaluation on ``profile.eval_rows``
-prompts. Progress goes to stderr. Not a test: it never gates CI.
+split in a temporary run folder, and runs ``evaluate_adapters`` (the base side
+and the adapter side) on the first ``--prompts`` prompts with the profile's
+evaluation settings (greedy, ``max_completion_length`` tokens, the prompts as
+training renders them). Prints one JSON object: completions/second per side
+and overall, tokens/second, seconds, and the projected time of notebook 04's
+three-sided evaluation on ``profile.eval_prompts`` prompts. Progress goes to
+stderr. Not a test: it never gates CI.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def main() -> int:
 
     from helpers.config import get_profile
     from helpers.data import ensure_prepared
-    from helpers.evaluation import eval_settings, eval_split, evaluate_before_after
+    from helpers.evaluation import eval_settings, evaluate
     from helpers.models import load_model
 
     profile = get_profile(args.profile)
@@ -42,35 +43,32 @@ def main() -> int:
     model, tok = load_model(profile)
     load_s = time.perf_counter() - t0
     with tempfile.TemporaryDirectory() as run:
-        splits = ensure_prepared(profile, run, tokenizer=tok, verbose=False)
-    split = eval_split(splits, n=args.prompts, prefill=getattr(profile, "prefill", None))
+        held_out = ensure_prepared(profile, run, tokenizer=tok, verbose=False)["eval"].select(range(args.prompts))
     settings = eval_settings(profile)
-    say(f"{len(split['prompts'])} prompts x 2 sides, {settings.max_new_tokens} new tokens, "
+    say(f"{len(held_out)} prompts x 2 sides, {settings.max_new_tokens} new tokens, "
         f"batch {args.batch_size}, {torch.get_num_threads()} threads")
-    res = evaluate_before_after(model, tok, split["prompts"], split["answers"], settings,
-                                batch_size=args.batch_size, progress=say)
-    n = len(split["prompts"])
-    secs = res["seconds"]
-    total = secs["base"] + secs["trained"]
-    tokens = sum(res[s]["summary"]["mean_length"] * res[s]["summary"]["n_completions"]
-                 for s in ("base", "trained"))
-    per_completion = total / (2 * n)
+    secs, tokens = {}, 0.0
+    for side in ("base", "adapter"):
+        t = time.perf_counter()
+        if side == "base":
+            with model.disable_adapter():
+                res = evaluate(model, tok, held_out["prompt"], held_out["answer"], settings, batch_size=args.batch_size)
+        else:
+            res = evaluate(model, tok, held_out["prompt"], held_out["answer"], settings, batch_size=args.batch_size)
+        secs[side] = round(time.perf_counter() - t, 2)
+        tokens += res["summary"]["mean_length"] * res["summary"]["n_completions"]
+        say(f"{side}: {secs[side]} s")
+    n = len(held_out)
+    total = secs["base"] + secs["adapter"]
     out = {
-        "bench": "eval_throughput",
-        "profile": profile.name,
-        "prompts": n,
-        "max_new_tokens": settings.max_new_tokens,
-        "batch_size": args.batch_size,
-        "threads": torch.get_num_threads(),
-        "cpus": os.cpu_count(),
-        "model_load_seconds": round(load_s, 1),
-        "seconds": {"base": secs["base"], "trained": secs["trained"], "total": round(total, 2)},
+        "bench": "eval_throughput", "profile": profile.name, "prompts": n,
+        "max_new_tokens": settings.max_new_tokens, "batch_size": args.batch_size,
+        "threads": torch.get_num_threads(), "cpus": os.cpu_count(), "model_load_seconds": round(load_s, 1),
+        "seconds": {**secs, "total": round(total, 2)},
         "completions_per_second": round(2 * n / total, 3),
-        "completions_per_second_base": round(n / secs["base"], 3),
-        "completions_per_second_trained": round(n / secs["trained"], 3),
         "generated_tokens_per_second": round(tokens / total, 1),
-        "projected_eval_seconds_for_eval_rows": round(per_completion * 2 * profile.eval_rows, 1),
-        "eval_rows": profile.eval_rows,
+        "projected_notebook_04_eval_seconds": round(total / (2 * n) * 3 * profile.eval_prompts, 1),
+        "eval_prompts": profile.eval_prompts,
     }
     print(json.dumps(out))
     return 0

@@ -1,18 +1,19 @@
-"""What do the course's trainer extras cost? The kit's trainer against plain TRL.
+"""What do the course's extras cost? TRL's GRPOTrainer as notebook 03 runs it, against a bare one.
 
     python bench/overhead.py [--profile cpu-demo] [--steps 6] [--rounds 2] [--threads 2]
 
-Builds the same ``GRPOConfig`` (``helpers.training.build_grpo_config``), the
-same data and the same reward functions, then times optimizer steps of
+Builds the same ``GRPOConfig`` (``helpers.training.grpo_config``), the same data
+and the same reward functions, then times optimizer steps of ``trl.GRPOTrainer``
 
-* plain ``trl.GRPOTrainer``, and
-* ``helpers.training.build_trainer`` (completions and metrics logs, dashboard
-  callback headless, checkpoints as the profile saves them),
+* bare: no callbacks, ``log_completions=False``, no checkpoints, and
+* as notebook 03 runs it: the course's callbacks (dashboard headless, run log,
+  time budget), TRL's completion log (``log_completions=True``, a parquet file
+  per step) and checkpoints as the profile saves them,
 
 alternating the two ``--rounds`` times on freshly loaded models (same seed).
 The first step of every run is dropped (warm-up of kernels and caches); the
 median step time of each side is compared. Prints ONE JSON object with both
-medians and ``ratio`` = kit / plain (target <= 1.05). Progress goes to stderr.
+medians and ``ratio`` = course / bare (target <= 1.05). Progress goes to stderr.
 Not a test.
 """
 
@@ -38,15 +39,15 @@ def main() -> int:
     args = ap.parse_args()
 
     import torch
-    from transformers import TrainerCallback
+    from transformers import PrinterCallback, TrainerCallback
     from trl import GRPOTrainer
 
+    from helpers.callbacks import DashboardCallback, RunLogCallback, TimeBudgetCallback
     from helpers.config import get_profile
     from helpers.data import ensure_prepared
     from helpers.models import load_model
     from helpers.rewards import get_preset
-    from helpers.training import build_grpo_config, build_trainer, split_rewards, with_prefill
-    from helpers.models import align_eos_with_chat_template
+    from helpers.training import grpo_config
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -67,41 +68,41 @@ def main() -> int:
     def one(kind: str) -> list[float]:
         run = Path(tempfile.mkdtemp(prefix=f"bench-overhead-{kind}-"))
         model, tok = load_model(profile)
-        align_eos_with_chat_template(tok, model)  # the same tokenizer fix for both sides
-        data = with_prefill(ensure_prepared(profile, run, tokenizer=tok, verbose=False)["train"],
-                            profile.prefill or None)
-        funcs, weights = split_rewards(get_preset(profile.reward_preset))
-        config = build_grpo_config(profile, run)
+        data = ensure_prepared(profile, run, tokenizer=tok, verbose=False)["train"]
+        rewards = get_preset(profile.reward_preset, prefill=profile.prefill)
         timer = StepTimer()
-        if kind == "plain":
-            config.reward_weights = weights
-            trainer = GRPOTrainer(model=model, processing_class=tok, reward_funcs=funcs, args=config,
-                                  train_dataset=data, callbacks=[timer])
+        if kind == "bare":
+            config = grpo_config(profile, run, [w for _, w in rewards], log_completions=False, save_strategy="no")
+            callbacks = [timer]
         else:
-            trainer = build_trainer(model, tok, data, list(zip(funcs, weights)), config, run=run,
-                                    dashboard=None, callbacks=[timer])
+            config = grpo_config(profile, run, [w for _, w in rewards])
+            callbacks = [DashboardCallback(run, live=False, print_fn=lambda _: None), RunLogCallback(run),
+                         TimeBudgetCallback(60), timer]
+        trainer = GRPOTrainer(model=model, processing_class=tok, reward_funcs=[f for f, _ in rewards],
+                              args=config, train_dataset=data, callbacks=callbacks)
+        trainer.remove_callback(PrinterCallback)
         # the timer must wrap the other callbacks' on_step_end work: move it last
         trainer.callback_handler.callbacks.remove(timer)
         trainer.callback_handler.callbacks.append(timer)
-        with contextlib.redirect_stdout(sys.stderr):  # TRL/transformers print logs to stdout
+        with contextlib.redirect_stdout(sys.stderr):
             trainer.train()
         say(f"{kind}: " + ", ".join(f"{t:.2f}" for t in timer.times) + " s/step")
         return timer.times[1:]
 
-    times: dict[str, list[float]] = {"plain": [], "kit": []}
+    times: dict[str, list[float]] = {"bare": [], "course": []}
     for r in range(args.rounds):
-        for kind in (("plain", "kit") if r % 2 == 0 else ("kit", "plain")):
+        for kind in (("bare", "course") if r % 2 == 0 else ("course", "bare")):
             times[kind] += one(kind)
-    plain, kit = statistics.median(times["plain"]), statistics.median(times["kit"])
+    bare, course = statistics.median(times["bare"]), statistics.median(times["course"])
     print(json.dumps({
         "profile": profile.name,
-        "steps_timed_per_side": len(times["plain"]),
-        "plain_trl_median_step_s": round(plain, 3),
-        "kit_median_step_s": round(kit, 3),
-        "ratio": round(kit / plain, 3),
+        "steps_timed_per_side": len(times["bare"]),
+        "bare_trl_median_step_s": round(bare, 3),
+        "course_median_step_s": round(course, 3),
+        "ratio": round(course / bare, 3),
         "target": 1.05,
-        "plain_steps": [round(t, 3) for t in times["plain"]],
-        "kit_steps": [round(t, 3) for t in times["kit"]],
+        "bare_steps": [round(t, 3) for t in times["bare"]],
+        "course_steps": [round(t, 3) for t in times["course"]],
         "threads": torch.get_num_threads(),
         "loadavg_1min_end": round(os.getloadavg()[0], 2),
     }))

@@ -1,4 +1,4 @@
-"""Reward throughput, and math-verify's worst case with the guard on.
+"""Reward throughput, and TRL's math-verify reward on pathological answers.
 
     python bench/rewards.py [--n 10000] [--batch 8] [--math-verify-n 2000]
 
@@ -7,14 +7,10 @@ and right, wrong numbers, prefilled, missing or repeated tags, rambling and
 truncated text, LaTeX answers; GSM8K-length reasoning from the real GSM8K
 solutions when ``../shared/data/gsm8k`` or ``COURSE_GSM8K_DIR`` exists,
 synthetic otherwise) and times every reward on them, called the way TRL
-calls it (one call per group of ``--batch`` completions). math-verify is
-slower, so it is timed on the first ``--math-verify-n`` completions.
-
-Then it feeds math-verify pathological answers (power towers, huge
-factorials, deep nesting, very long answers) with the guard on, in the main
-thread (SIGALRM timer) and in a worker thread (killable child process),
-both with the pattern screen on and with it off, and reports the worst
-seconds per completion.
+calls it (one call per group of ``--batch`` completions, conversational).
+TRL's ``accuracy_reward`` (math-verify) is slower, so it is timed on the first
+``--math-verify-n`` completions, then on pathological answers (power towers,
+deep nesting) to show how long its own time limits let one completion take.
 
 Prints one JSON object to stdout; progress goes to stderr. Not a test.
 """
@@ -28,7 +24,6 @@ import platform
 import random
 import re
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -64,7 +59,6 @@ def build_completions(n: int, seed: int = 0) -> tuple[list[str], list[str], list
     arith = generate_arithmetic(500, "add2", seed=seed)
     gsm = _gsm8k_solutions()
     source = "gsm8k+arithmetic" if gsm else "arithmetic (GSM8K files not found)"
-    prefilled = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "<reasoning>\n"}]
     plain = [{"role": "user", "content": "q"}]
     comps, answers, ids, prompts = [], [], [], []
     for i in range(n):
@@ -80,7 +74,7 @@ def build_completions(n: int, seed: int = 0) -> tuple[list[str], list[str], list
         if kind == "good":
             c = f"<reasoning>\n{sol}\n</reasoning>\n<answer>\n{shown}\n</answer>"
         elif kind == "prefilled":
-            c, prompt = f"{sol}\n</reasoning>\n<answer>\n{shown}\n</answer>", prefilled
+            c = f"{sol}\n</reasoning>\n<answer>\n{shown}\n</answer>"  # the template prefilled the tag
         elif kind == "inline":
             c = f"<reasoning>{sol}</reasoning><answer>{shown}</answer>"
         elif kind == "no_tags":
@@ -112,42 +106,20 @@ def throughput(func, comps, answers, ids, prompts, batch: int) -> dict:
     return {"completions_per_s": round(n / sec, 1), "n": n, "seconds": round(sec, 3)}
 
 
-PATHOLOGICAL = [
-    "9**9**9**9", "9^{9^{9^{9}}}", "2**(2**(2**20))", "99999999999999999999^99999999999999999",
-    "10^{10^{10}}", "1000000000!", "(" * 300 + "1" + ")" * 300, "1+" * 140 + "1",
-    "\\frac{" * 40 + "1" + "}{2}" * 40, "x" * 5000, "1" * 5000, "\\sqrt{" * 50 + "2" + "}" * 50,
-]
+PATHOLOGICAL = ["9**9**9**9", "9^{9^{9^{9}}}", "\\frac{" * 40 + "1" + "}{2}" * 40]
 
 
-def worst_case(screen: bool, threaded: bool, time_limit: float) -> dict:
-    import helpers.rewards as R
+def trl_accuracy_worst_case() -> dict:
+    """TRL's own accuracy_reward (math-verify, with its main-thread time limits) on pathological answers."""
+    from trl.rewards import accuracy_reward
 
-    saved = R._DANGEROUS
-    if not screen:
-        R._DANGEROUS = re.compile(r"(?!x)x")  # matches nothing: everything reaches math-verify
-    mv = R.get_math_verify_reward(time_limit=time_limit)
     per = []
-
-    def run() -> None:
-        mv(completions=["<answer>1</answer>"], answer=["1"])  # warm-up / worker start, not timed
-        for text in PATHOLOGICAL:
-            t0 = time.perf_counter()
-            mv(completions=[f"<answer>{text}</answer>"], answer=["18"])
-            per.append(time.perf_counter() - t0)
-
-    try:
-        if threaded:
-            th = threading.Thread(target=run)
-            th.start()
-            th.join()
-        else:
-            run()
-    finally:
-        R._DANGEROUS = saved
-        mv.worker.close()
+    for text in PATHOLOGICAL:
+        t0 = time.perf_counter()
+        accuracy_reward([[{"role": "assistant", "content": f"\\boxed{{{text}}}"}]], solution=["18"])
+        per.append(time.perf_counter() - t0)
     worst = max(range(len(per)), key=per.__getitem__)
-    return {"worst_seconds": round(per[worst], 3), "worst_input": PATHOLOGICAL[worst][:40],
-            "mean_seconds": round(sum(per) / len(per), 3), "n": len(per), "stats": dict(mv.stats)}
+    return {"worst_seconds": round(per[worst], 3), "worst_input": PATHOLOGICAL[worst][:40], "n": len(per)}
 
 
 def main() -> int:
@@ -155,37 +127,37 @@ def main() -> int:
     ap.add_argument("--n", type=int, default=10_000)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--math-verify-n", type=int, default=2000)
-    ap.add_argument("--time-limit", type=float, default=1.0)
     args = ap.parse_args()
+
+    from trl.rewards import accuracy_reward, get_repetition_penalty_reward, get_soft_overlong_punishment
 
     from helpers import rewards as R
 
     log(f"building {args.n} completions")
     comps, answers, ids, prompts, source = build_completions(args.n)
+    comps = [[{"role": "assistant", "content": c}] for c in comps]  # what TRL hands over with chat prompts
     funcs = [
         R.strict_format_reward, R.soft_format_reward, R.xmlcount_reward, R.correctness_reward,
-        R.numeric_answer_reward, R.partial_correctness_reward, R.get_prefilled_format_reward(),
-        R.get_target_length_reward(200, unit="tokens"), R.get_repetition_penalty_reward(),
-        R.get_soft_overlong_punishment_reward(256, 64),
+        R.numeric_answer_reward, R.partial_correctness_reward, R.prefilled_strict_format_reward,
+        R.get_target_length_reward(200, unit="tokens"), get_repetition_penalty_reward(),
+        get_soft_overlong_punishment(256, 64),
     ]
     result: dict = {"n_completions": args.n, "batch": args.batch, "source": source,
-                    "mean_chars": round(sum(map(len, comps)) / len(comps), 1), "throughput": {}}
+                    "mean_chars": round(sum(len(c[0]["content"]) for c in comps) / len(comps), 1), "throughput": {}}
     for f in funcs:
         log(f"timing {f.__name__}")
         result["throughput"][f.__name__] = throughput(f, comps, answers, ids, prompts, args.batch)
     m = min(args.math_verify_n, args.n)
-    log(f"timing math_verify_reward on {m}")
-    mv = R.get_math_verify_reward(time_limit=args.time_limit)
-    mv(completions=["<answer>1</answer>"], answer=["1"])  # import + warm-up, not timed
-    result["throughput"]["math_verify_reward"] = throughput(mv, comps[:m], answers[:m], ids[:m], prompts[:m],
-                                                            args.batch)
-    result["throughput"]["math_verify_reward"]["guard_stats"] = dict(mv.stats)
-    result["math_verify_worst_case"] = {"time_limit_s": args.time_limit}
-    for screen in (True, False):
-        for threaded in (False, True):
-            key = f"{'main' if not threaded else 'thread'}_screen_{'on' if screen else 'off'}"
-            log(f"math-verify worst case: {key}")
-            result["math_verify_worst_case"][key] = worst_case(screen, threaded, args.time_limit)
+    log(f"timing trl accuracy_reward on {m}")
+    accuracy_reward(comps[:1], solution=answers[:1])  # import + warm-up, not timed
+    start = time.perf_counter()
+    for s in range(0, m, args.batch):
+        accuracy_reward(comps[s:s + args.batch], solution=answers[s:s + args.batch])
+    sec = time.perf_counter() - start
+    result["throughput"]["trl_accuracy_reward"] = {"completions_per_s": round(m / sec, 1), "n": m,
+                                                   "seconds": round(sec, 3)}
+    log("trl accuracy_reward on pathological answers")
+    result["trl_accuracy_reward_worst_case"] = trl_accuracy_worst_case()
     result["machine"] = {"cpus": os.cpu_count(), "python": platform.python_version()}
     print(json.dumps(result))
     return 0

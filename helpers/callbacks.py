@@ -98,13 +98,16 @@ class DashboardCallback(TrainerCallback):
             self._draw(state)
 
     def _draw(self, state: Any) -> None:
-        from IPython.display import display
+        import io
 
-        fig = self.figure(state)
+        from IPython.display import Image, display
+
+        buf = io.BytesIO()
+        self.figure(state).savefig(buf, format="png", dpi=80)  # a PNG shows on any backend, Agg included
         if self._handle is None:
-            self._handle = display(fig, display_id=True)
+            self._handle = display(Image(buf.getvalue()), display_id=True)
         else:
-            self._handle.update(fig)
+            self._handle.update(Image(buf.getvalue()))
 
     def save(self, state: Any) -> Path | None:
         """Write the PNG now (None when nothing was logged yet)."""

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 #: The repository every Colab badge and the Colab install cell point at.
-#: ``python -m helpers.course badges`` rewrites the badges from this value and
+#: ``python tools/course.py badges`` rewrites the badges from this value and
 #: ``tests/test_course.py`` fails when one disagrees.
 REPO_URL = "https://github.com/grpo-course/grpo-course"
 REPO_BRANCH = "main"

@@ -383,7 +383,7 @@ def ensure_prepared(profile: Any, run: str | Path, tokenizer: Any = None, rebuil
 
     path = Path(run) / "dataset"
     spec = {k: getattr(profile, k) for k in ("task", "task_level", "train_rows", "eval_rows",
-                                              "max_prompt_tokens", "seed", "model")}
+                                              "max_prompt_tokens", "seed", "model", "prefill")}
     if path.exists() and not rebuild:
         card = read_card(path)
         if card.get("origin") != "ensure_prepared" or card.get("spec") == spec:

@@ -116,7 +116,8 @@ def evaluate_adapters(model: Any, tokenizer: Any, prompts: Sequence[Any], answer
     Each named adapter is activated in turn (``model.set_adapter(name)``); the
     base side runs inside ``model.disable_adapter()``. On an Unsloth vLLM engine
     (``fast_inference=True``) a side is sampled with a LoRA request for
-    ``folders[name]`` instead. Returns ``{"sides": {side: result}, "settings", "seconds"}``.
+    ``folders[name]`` instead. The adapter active before the call is active again after it.
+    Returns ``{"sides": {side: result}, "settings", "seconds"}``.
 
     Example:
         >>> ev = evaluate_adapters(model, tok, prompts, answers, eval_settings(PROFILE),
@@ -130,6 +131,7 @@ def evaluate_adapters(model: Any, tokenizer: Any, prompts: Sequence[Any], answer
                         f"{type(model).__name__}: load the base with PeftModel.from_pretrained(base, adapter).")
     say = progress or (lambda _msg: None)
     results: dict[str, Any] = {"sides": {}, "seconds": {}, "settings": dataclasses.asdict(settings)}
+    active = None if vllm else model.active_adapter
     for side, name in sides.items():
         t0 = time.perf_counter()
         lora = None
@@ -144,6 +146,8 @@ def evaluate_adapters(model: Any, tokenizer: Any, prompts: Sequence[Any], answer
         s = results["sides"][side]["summary"]
         say(f"{side}: accuracy {s['accuracy']:.0%}, format {s['format_rate']:.0%} "
             f"({len(prompts)} prompts, {results['seconds'][side]} s)")
+    if active is not None:
+        model.set_adapter(active)  # leave the model as it came
     return results
 
 

@@ -42,8 +42,9 @@ def load_completions(output_dir: str | Path, max_step: int | None = None) -> Any
     if max_step is not None:
         df = df[df["step"] <= max_step].reset_index(drop=True)
     weights = _weights(folder.parent.parent / "train_config.json")
-    names = reward_columns(df)
-    df["reward"] = sum(df[n].fillna(0.0) * weights.get(n, 1.0) for n in names) if names else float("nan")
+    names = [n for n in weights if n in df.columns] or [c for c in df.columns if c.endswith("_reward")]
+    # TRL's nansum: a reward that returned None is skipped; a row where every reward did has no total
+    df["reward"] = df[names].mul([weights.get(n, 1.0) for n in names]).sum(axis=1, min_count=1)
     df.attrs["rewards"] = names
     return df
 
@@ -59,7 +60,7 @@ def _weights(path: Path) -> dict[str, float]:
 
 def reward_columns(df: Any) -> list[str]:
     """The per-reward columns of a completions DataFrame (TRL names them after the functions)."""
-    return [c for c in df.columns if c.endswith("_reward")]
+    return df.attrs.get("rewards") or [c for c in df.columns if c.endswith("_reward")]
 
 
 def step_summary(df: Any) -> Any:

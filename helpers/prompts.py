@@ -102,15 +102,12 @@ def install_prefill(tokenizer: Any, prefill: str | None = PREFILL) -> Any:
         '<|im_start|>assistant\\n<reasoning>\\n'
     """
     targets = {id(t): t for t in (tokenizer, _text_tokenizer(tokenizer))}.values()
-    for t in targets:
-        template = getattr(t, "chat_template", None)
-        if not isinstance(template, str):
-            if t is tokenizer:
-                raise ValueError(
-                    "This tokenizer has no chat template (a base model?): the course's prompts are "
-                    "conversations. Use an instruct model, or give the tokenizer a chat template.")
-            continue
-        base = template.split(_MARK, 1)[0]
+    templated = [t for t in targets if isinstance(getattr(t, "chat_template", None), str)]
+    if not templated:
+        raise ValueError("This tokenizer has no chat template (a base model?): the course's prompts are "
+                         "conversations. Use an instruct model, or give the tokenizer a chat template.")
+    for t in templated:
+        base = t.chat_template.split(_MARK, 1)[0]
         if prefill:
             literal = json.dumps(prefill, ensure_ascii=False)
             base += f"{_MARK}{{% if add_generation_prompt %}}{{{{ {literal} }}}}{{% endif %}}"
@@ -125,7 +122,8 @@ def installed_prefill(tokenizer: Any) -> str:
         >>> installed_prefill(install_prefill(tok, "<reasoning>\\n"))   # doctest: +SKIP
         '<reasoning>\\n'
     """
-    template = getattr(tokenizer, "chat_template", None) or ""
+    template = next((t.chat_template for t in (tokenizer, _text_tokenizer(tokenizer))
+                     if isinstance(getattr(t, "chat_template", None), str)), "")
     if _MARK not in template:
         return ""
     block = template.split(_MARK, 1)[1]

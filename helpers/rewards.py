@@ -293,7 +293,7 @@ def correctness_reward(completions: Any, answer: Sequence[Any], log_extra: Calla
     """
     preds = [extract_answer(t) for t in completion_texts(completions)]
     if log_extra is not None:
-        log_extra("answer", [str(a) for a in answer])
+        log_extra("answer", ["" if a is None else str(a) for a in answer])
         log_extra("extracted", ["" if p is None else p for p in preds])
     return [2.0 if answer_matches(p, a) else 0.0 for p, a in zip(preds, answer)]
 

@@ -87,6 +87,9 @@ def atomic_folder(out_dir: str | Path, overwrite: bool = False) -> Iterator[Path
             "Pass overwrite=True to replace it, or choose another folder.")
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-writing-", dir=out_dir.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private (0700); the result is an ordinary folder
     try:
         yield tmp
     except BaseException:

@@ -251,7 +251,9 @@ def task_rows(profile: Any) -> tuple[Any, Any, dict[str, Any]]:
         rows = generate_arithmetic(profile.train_rows + profile.eval_rows, profile.task_level, seed=profile.seed)
         return rows, None, {"task": "arithmetic", "level": profile.task_level, "seed": profile.seed}
     if profile.task == "gsm8k":
-        gsm8k = load_gsm8k()
+        from .data import solution_text
+
+        gsm8k = load_gsm8k().map(lambda row: {"solution": solution_text(row["answer"])})
         return gsm8k["train"], gsm8k["test"], {"task": "gsm8k", "eval_from": "test split"}
     raise ValueError(f"Unknown task {profile.task!r} in profile {profile.name!r}: use 'arithmetic' or 'gsm8k' "
                      "(or prepare your own rows with prepare_dataset and save_prepared).")

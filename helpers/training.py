@@ -12,7 +12,7 @@ Notebook 03 writes ``SFTConfig``, ``SFTTrainer``, ``GRPOConfig`` and
 * the save point of notebook 03's cells, the same calls as functions, for
   notebook 04 (a short run when no adapter exists) and the benchmarks:
   :func:`grpo_config`, :func:`warmup_dataset`, :func:`run_warmup`,
-  :func:`train_grpo`, :func:`ensure_adapter`. ``tests/test_training.py`` checks
+  :func:`train_grpo`, :func:`ensure_adapter`. ``tests/test_notebooks.py`` checks
   that the notebook's ``GRPOConfig`` cell builds the same config.
 
 On a GPU profile ``unsloth`` must be imported before TRL (Unsloth patches
@@ -219,11 +219,12 @@ def run_warmup(model: Any, tokenizer: Any, profile: Profile, run: str | Path,
 
     if capability is None and profile.backend == "unsloth":
         capability = gpu_capability()
-    config = SFTConfig(output_dir=str(Path(run) / "warmup"), num_train_epochs=profile.warmup_epochs,
+    bits = precision(profile, capability)
+    config = SFTConfig(output_dir=str(Path(run) / WARMUP_ADAPTER_DIR), num_train_epochs=profile.warmup_epochs,
                        learning_rate=profile.warmup_learning_rate, lr_scheduler_type="constant",
                        per_device_train_batch_size=profile.warmup_batch_size, completion_only_loss=True,
                        logging_steps=1, save_strategy="no", report_to="none", disable_tqdm=True,
-                       seed=profile.seed, use_cpu=profile.backend != "unsloth", **precision(profile, capability))
+                       seed=profile.seed, use_cpu=profile.backend != "unsloth", bf16=bits["bf16"], fp16=bits["fp16"])
     start = time.time()
     trainer = SFTTrainer(model=model, args=config, train_dataset=warmup_dataset(profile, tokenizer),
                          processing_class=tokenizer)

@@ -1,4 +1,4 @@
-"""The headless course runner and the one-place repository URL."""
+"""tools/course.py: the headless course runner and the one-place repository URL."""
 
 import json
 
@@ -7,7 +7,7 @@ import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
 from helpers.config import REPO_URL, project_root
-from helpers.course import NotebookFailed, course_notebooks, link_problems, rewrite_links, run_course
+from tools.course import NotebookFailed, course_notebooks, link_problems, rewrite_links, run_course
 
 
 def write_nb(path, *sources):
@@ -19,7 +19,7 @@ def write_nb(path, *sources):
 def test_every_link_points_at_the_one_repository():
     root = project_root()
     for path in [root / "README.md", *course_notebooks()]:
-        assert not link_problems(path.read_text()), f"{path.name}: run `python -m helpers.course badges`"
+        assert not link_problems(path.read_text()), f"{path.name}: run `python tools/course.py badges`"
 
 
 def test_link_checker_catches_and_fixes_a_stale_url():
@@ -66,7 +66,7 @@ def test_runner_names_the_failing_notebook_and_cell(tmp_path):
 
 
 def test_unknown_profile_fails_fast(monkeypatch, capsys):
-    from helpers.course import main
+    from tools.course import main
 
     monkeypatch.setenv("COURSE_PROFILE", "nonsense")
     assert main(["run"]) == 2

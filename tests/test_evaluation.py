@@ -107,6 +107,10 @@ class FakePeft:
     def __init__(self):
         self.active, self.disabled = "default", False
 
+    @property
+    def active_adapter(self):
+        return self.active
+
     def set_adapter(self, name):
         self.active = name
 
@@ -139,6 +143,7 @@ def test_each_side_runs_with_its_adapter_and_the_base_with_lora_off(monkeypatch)
     assert [res["sides"][k]["summary"]["correct_rate"] for k in res["sides"]] == [1.0, 0.0, 0.0]
     assert res["settings"]["max_new_tokens"] == 4 and set(res["seconds"]) == set(res["sides"])
     assert len(lines) == 3 and lines[1].startswith("base: accuracy 0%")
+    assert model.active == "default"  # the adapter that was active before is active again
 
 
 def test_a_vllm_engine_gets_each_adapter_folder_as_a_lora_request(monkeypatch):

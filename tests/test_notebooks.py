@@ -1,19 +1,57 @@
-"""Notebook hygiene: the conventions every course notebook follows.
+"""The notebooks: conventions every one follows, the library calls they teach, and numbers that agree.
 
-(The notebooks themselves are executed by nbval in `make test`.)
+(The notebooks themselves are executed by nbval in `make test`; the keywords of their library
+calls are checked against the installed signatures in tests/test_contract_calls.py.)
 """
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+from types import SimpleNamespace
 
 import nbformat
 import pytest
 
-from helpers.course import course_notebooks
+from helpers.config import PROFILES, get_model_spec, project_root
+from helpers.preflight import precision
+from tools.course import course_notebooks
+
+from .notebook_code import notebook_code
 
 BOOKS = course_notebooks()
+ROOT = project_root()
 INSTALL_LINE = '%pip install -q "grpo-course[gpu] @ git+'
 
 
-def cells(path):
+def cells(path: Path) -> list:
     return nbformat.read(path, as_version=4).cells
+
+
+def code(path: Path) -> str:
+    return notebook_code(path)
+
+
+def markdown(path: Path) -> str:
+    return "\n".join(c.source for c in cells(path) if c.cell_type == "markdown")
+
+
+def calls(source: str) -> set[str]:
+    """Dotted names of every call in the source: ``GRPOConfig``, ``FastLanguageModel.from_pretrained``, ``.map``."""
+    out = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call):
+            f, parts = node.func, []
+            while isinstance(f, ast.Attribute):
+                parts.append(f.attr)
+                f = f.value
+            parts.append(f.id if isinstance(f, ast.Name) else "")
+            out.add(".".join(reversed(parts)))
+    return out
+
+
+# --------------------------------------------------------------------------- conventions
 
 
 @pytest.mark.parametrize("path", BOOKS, ids=lambda p: p.stem)
@@ -29,21 +67,25 @@ def test_only_checked_cells_keep_outputs(path):
 
 
 @pytest.mark.parametrize("path", BOOKS, ids=lambda p: p.stem)
-def test_opens_with_badge_install_cell_and_profile(path):
+def test_opens_with_badge_install_cell_and_profile_importing_unsloth_first(path):
     first = cells(path)[0]
     install, profile = [c for c in cells(path) if c.cell_type == "code"][:2]
     assert first.cell_type == "markdown" and f"notebooks/{path.name}" in first.source
-    for word in ("learn", "cpu-demo", "colab-t4"):
-        assert word.lower() in first.source.lower(), f"intro lacks {word!r}"
+    for word in ("you will learn", "how long it takes", "cpu-demo", "colab-t4"):
+        assert word in first.source.lower(), f"intro lacks {word!r}"
     assert INSTALL_LINE in install.source and 'if "google.colab" in sys.modules' in install.source
     assert "PROFILE = get_profile()" in profile.source and "RUN = run_dir(" in profile.source
+    # Unsloth patches TRL at import: on a GPU profile it is imported before anything else touches TRL
+    lines = profile.source.splitlines()
+    guard = lines.index('if PROFILE.backend == "unsloth":')
+    assert lines[guard + 1].strip().startswith("import unsloth")
+    assert not any("trl" in line or "helpers.training" in line for line in lines[:guard])
 
 
 @pytest.mark.parametrize("path", BOOKS, ids=lambda p: p.stem)
 def test_has_exercises_with_solutions_and_troubleshooting(path):
-    text = "\n".join(c.source for c in cells(path) if c.cell_type == "markdown")
-    assert "<details>" in text and "Exercise" in text
-    assert "Troubleshooting" in text
+    text = markdown(path)
+    assert "<details>" in text and "Exercise" in text and "Troubleshooting" in text
 
 
 @pytest.mark.parametrize("path", BOOKS, ids=lambda p: p.stem)
@@ -55,5 +97,128 @@ def test_gpu_only_cells_are_skipped_by_nbval_and_guarded(path):
 
 
 @pytest.mark.parametrize("path", BOOKS, ids=lambda p: p.stem)
-def test_notebooks_are_small(path):
+def test_notebooks_are_small_and_parse(path):
     assert path.stat().st_size < 200_000
+    ast.parse(code(path))
+
+
+# --------------------------------------------------------------------------- the calls a learner came to learn
+
+TAUGHT = {
+    "01_dataset_prep": {"load_dataset", "gsm8k.map", "rows.map", "gsm_train.filter", "AutoTokenizer.from_pretrained",
+                        "broken.rename_columns"},
+    "02_reward_lab": {"accuracy_reward", "get_repetition_penalty_reward", "rewards.std"},
+    "03_grpo_training": {"FastLanguageModel.from_pretrained", "FastLanguageModel.get_peft_model",
+                         "AutoModelForCausalLM.from_pretrained", "BitsAndBytesConfig", "LoraConfig", "get_peft_model",
+                         "SFTConfig", "SFTTrainer", "sft.train", "GRPOConfig", "GRPOTrainer", "trainer.train",
+                         "trainer.save_model"},
+    "04_merge_and_inference": {"PeftModel.from_pretrained", "model.load_adapter", "merge_and_unload",
+                               "model.save_pretrained_merged", "AutoModelForCausalLM.from_pretrained",
+                               "model.save_pretrained_gguf", "get_token", "model.push_to_hub_merged"},
+}
+
+
+@pytest.mark.parametrize("name", list(TAUGHT))
+def test_the_library_calls_stand_in_the_cells(name):
+    found = calls(code(ROOT / "notebooks" / f"{name}.ipynb"))
+    dotted = found | {c.split(".", 1)[-1] for c in found}  # `x.merge_and_unload` counts as merge_and_unload
+    missing = sorted(c for c in TAUGHT[name] if c not in dotted and not any(f.endswith("." + c) for f in found))
+    assert not missing, f"{name} no longer writes {missing} in its cells"
+
+
+def test_notebooks_do_not_hide_the_trainer_behind_helpers():
+    source = code(ROOT / "notebooks" / "03_grpo_training.ipynb")
+    for hidden in ("train_grpo(", "ensure_adapter(", "grpo_config(", "run_warmup("):
+        assert hidden not in source.split("## Exercises")[0], f"notebook 03 calls {hidden} outside its exercises"
+
+
+def test_rewards_written_out_in_the_reward_lab():
+    tree = ast.parse(code(ROOT / "notebooks" / "02_reward_lab.ipynb"))
+    defined = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+    for name in ("simple_format_reward", "simple_correctness_reward"):
+        args = defined[name].args
+        assert args.args[0].arg == "completions" and args.kwarg is not None, f"{name} is not in TRL's convention"
+
+
+# --------------------------------------------------------------------------- one recipe: notebook 03's cell = the save point
+
+
+class Recorder(SimpleNamespace):
+    """Stands in for GRPOConfig: records its keywords; unknown attributes read as None."""
+
+    def __getattr__(self, name):
+        return None
+
+
+def notebook_config_cell(source: str) -> str:
+    tree = ast.parse(source)
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and \
+                getattr(node.value.func, "id", None) == "GRPOConfig":
+            return ast.get_source_segment(source, node)
+    raise AssertionError("notebook 03 has no `config = GRPOConfig(...)` statement")
+
+
+@pytest.mark.parametrize("profile", list(PROFILES.values()), ids=lambda p: p.name)
+def test_notebook_03_grpo_config_is_the_save_point(profile, monkeypatch, tmp_path):
+    import trl
+
+    from helpers.rewards import get_preset
+    from helpers.training import grpo_config
+
+    monkeypatch.setattr(trl, "GRPOConfig", Recorder)
+    capability = (7, 5) if profile.backend == "unsloth" else None
+    rewards = get_preset(profile.reward_preset, prefill=profile.prefill)
+    namespace = {"GRPOConfig": Recorder, "PROFILE": profile, "SPEC": get_model_spec(profile.model), "RUN": tmp_path,
+                 "REWARDS": rewards, "PRECISION": precision(profile, capability)}
+    exec(notebook_config_cell(code(ROOT / "notebooks" / "03_grpo_training.ipynb")), namespace)
+    monkeypatch.setattr("helpers.training.check_config", lambda *a, **k: None)
+    saved = grpo_config(profile, tmp_path, [w for _, w in rewards], capability=capability)
+    assert vars(namespace["config"]) == vars(saved)
+
+
+# --------------------------------------------------------------------------- numbers come from the profile
+
+#: Profile fields a text may quote as "<field> <number>"; every quote must be some profile's value.
+QUOTABLE = ("max_completion_length", "num_generations", "per_device_train_batch_size", "max_steps", "learning_rate",
+            "lora_rank", "lora_alpha", "train_rows", "eval_rows", "max_prompt_tokens", "time_budget_minutes",
+            "warmup_examples", "save_steps", "eval_prompts", "max_seq_length", "beta")
+QUOTE = re.compile(r"`?\b(" + "|".join(QUOTABLE) + r")\b`?\s*(?:=|:|of|is)?\s*(-?\d[\d.]*(?:e-?\d+)?)")
+
+
+def prose(text: str) -> str:
+    """Markdown without code blocks and without inline code that calls something (an override example)."""
+    text = re.sub(r"```.*?```", "", text, flags=re.S)
+    return re.sub(r"`[^`\n]*\([^`\n]*`", "", text)
+
+
+def quoted_values(text: str) -> list[tuple[str, float]]:
+    return [(m.group(1), float(m.group(2).rstrip("."))) for m in QUOTE.finditer(prose(text))]
+
+
+def test_the_quote_finder_finds_what_it_should():
+    assert quoted_values("`max_completion_length` 48 here, num_generations=8") == [
+        ("max_completion_length", 48.0), ("num_generations", 8.0)]
+    assert quoted_values('try `get_profile("cpu-demo", max_steps=20)`\n```python\nx(max_steps=3)\n```') == []
+
+
+@pytest.mark.parametrize("path", [*BOOKS, ROOT / "README.md"], ids=lambda p: p.stem)
+def test_quoted_profile_values_exist_in_a_profile(path):
+    text = markdown(path) if path.suffix == ".ipynb" else path.read_text()
+    for field, value in quoted_values(text):
+        allowed = {float(getattr(p, field)) for p in PROFILES.values() if getattr(p, field) is not None}
+        assert value in allowed, f"{path.name} quotes {field} {value:g}, which no profile has ({sorted(allowed)})"
+
+
+TIME_ROW = re.compile(r"^\|\s*`(cpu-smoke|cpu-demo|colab-t4|gpu-large)`[^|]*\|(?:[^|]*\|)*?\s*~?([\d.]+)\s*min", re.M)
+
+
+@pytest.mark.parametrize("path", BOOKS, ids=lambda p: p.stem)
+def test_time_headers_agree_with_the_profiles(path):
+    intro = cells(path)[0].source
+    rows = TIME_ROW.findall(intro)
+    assert rows, f"{path.name}: no `| profile | ... | ~N min |` rows in the intro"
+    for profile, minutes in rows:
+        decimals = len(minutes.split(".")[1]) if "." in minutes else 0
+        assert float(minutes) == round(PROFILES[profile].minutes[path.stem], decimals), (
+            f"{path.name} says ~{minutes} min on {profile}; the profile says {PROFILES[profile].minutes[path.stem]}")

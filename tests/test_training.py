@@ -167,27 +167,6 @@ def test_every_profile_builds_a_checked_config(tmp_path, monkeypatch, name):
     assert len(config.reward_weights) == len(get_preset(profile.reward_preset))
 
 
-def _notebook_config(profile, run, capability):
-    """Run notebook 03's GRPOConfig cell with the names it reads."""
-    from helpers.config import get_model_spec
-    from helpers.preflight import precision
-
-    cell = next("".join(c["source"]) for c in json.loads(NOTEBOOK_03.read_text())["cells"]
-                if c["cell_type"] == "code" and "config = GRPOConfig(" in "".join(c["source"]))
-    names = dict(PROFILE=profile, RUN=Path(run), SPEC=get_model_spec(profile.model),
-                 REWARDS=get_preset(profile.reward_preset, prefill=profile.prefill),
-                 PRECISION=precision(profile, capability))
-    exec(compile(cell, str(NOTEBOOK_03), "exec"), names)  # noqa: S102 - the course's own notebook
-    return names["config"]
-
-
-@pytest.mark.parametrize("name, capability", [("cpu-smoke", None), ("cpu-demo", None), ("colab-t4", T4)])
-def test_grpo_config_is_what_notebook_03_writes_out(tmp_path, capsys, name, capability):
-    profile = get_profile(name)
-    ours = grpo_config(profile, tmp_path, weights(profile), capability=capability).to_dict()
-    assert _notebook_config(profile, tmp_path, capability).to_dict() == ours
-
-
 # --------------------------------------------------------------------------- warm-up rows
 
 
