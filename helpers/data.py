@@ -205,8 +205,8 @@ def count_prompt_tokens(prompts: Sequence[Any], tokenizer: Any, **chat_template_
     """Tokens per prompt exactly as TRL feeds them (:func:`helpers.prompts.encode`).
 
     Example:
-        >>> count_prompt_tokens([build_prompt("What is 2 + 3?")], tok)    # doctest: +SKIP
-        [44]
+        count_prompt_tokens([build_prompt("What is 2 + 3?")], tok)
+        # -> [44]
     """
     return [len(ids) for ids in encode(tokenizer, prompts, **chat_template_kwargs)]
 
@@ -289,8 +289,8 @@ def prepare_dataset(rows: Any, tokenizer: Any, train_rows: int | None, eval_rows
     system role (:func:`helpers.prompts.supports_system_role`).
 
     Example:
-        >>> splits, card = prepare_dataset(rows, tok, train_rows=64, eval_rows=16,
-        ...                                max_prompt_tokens=256, seed=0)       # doctest: +SKIP
+        splits, card = prepare_dataset(rows, tok, train_rows=64, eval_rows=16,
+                                       max_prompt_tokens=256, seed=0)
     """
     t0 = time.perf_counter()
     system_role = supports_system_role(tokenizer)
@@ -375,9 +375,9 @@ def ensure_prepared(profile: Any, run: str | Path, tokenizer: Any = None, rebuil
     you saved yourself (no ``origin`` in its card) is kept.
 
     Example:
-        >>> ds = ensure_prepared(get_profile("cpu-smoke"), RUN)    # doctest: +SKIP
-        >>> ds["train"].num_rows, ds["eval"].num_rows              # doctest: +SKIP
-        (64, 16)
+        ds = ensure_prepared(get_profile("cpu-smoke"), RUN)
+        ds["train"].num_rows, ds["eval"].num_rows
+        # -> (64, 16)
     """
     from .config import get_model_spec
 

@@ -120,8 +120,8 @@ def evaluate_adapters(model: Any, tokenizer: Any, prompts: Sequence[Any], answer
     Returns ``{"sides": {side: result}, "settings", "seconds"}``.
 
     Example:
-        >>> ev = evaluate_adapters(model, tok, prompts, answers, eval_settings(PROFILE),
-        ...                        {"base": None, "after GRPO": "default"})         # doctest: +SKIP
+        ev = evaluate_adapters(model, tok, prompts, answers, eval_settings(PROFILE),
+                               {"base": None, "after GRPO": "default"})
     """
     import dataclasses
 
@@ -181,7 +181,7 @@ def side_by_side(results: dict[str, Any], questions: Sequence[str], n: int = 5, 
     """The first completion of each side for the first ``n`` prompts, with a ✓ when accurate.
 
     Example:
-        >>> side_by_side(ev, split["questions"], n=3)        # doctest: +SKIP
+        side_by_side(ev, split["questions"], n=3)
     """
     import pandas as pd
 

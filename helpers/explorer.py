@@ -9,9 +9,9 @@ rewrites the files of the steps it repeats, so the folder always holds one
 file per step.
 
 Example:
-    >>> df = load_completions(RUN / "grpo")        # doctest: +SKIP
-    >>> step_summary(df).columns[:3].tolist()      # doctest: +SKIP
-    ['step', 'completions', 'reward']
+    df = load_completions(RUN / "grpo")
+    step_summary(df).columns[:3].tolist()
+    # -> ['step', 'completions', 'reward']
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def early_vs_late(df: Any, steps: int = 1, max_chars: int = 160) -> Any:
     """The first ``steps`` steps against the last ones: mean reward and the best completion of each.
 
     Example:
-        >>> early_vs_late(df, steps=2)        # doctest: +SKIP
+        early_vs_late(df, steps=2)
     """
     import pandas as pd
 

@@ -6,10 +6,10 @@ evaluation, the reward lab and the chat sample from is what GRPO trained on,
 prefill included. The completions hold only the new text, as TRL's do.
 
 Example:
-    >>> outs = generate(model, tok, [build_prompt("What is 2 + 2?")],
-    ...                 SamplingSettings(max_new_tokens=8))             # doctest: +SKIP
-    >>> len(outs), len(outs[0])                                         # doctest: +SKIP
-    (1, 1)
+    outs = generate(model, tok, [build_prompt("What is 2 + 2?")],
+                    SamplingSettings(max_new_tokens=8))
+    len(outs), len(outs[0])
+    # -> (1, 1)
 """
 
 from __future__ import annotations
@@ -116,8 +116,8 @@ def transcript(model: Any, tokenizer: Any, questions: Sequence[str], settings: S
     The answers include the template's prefill, as the model "wrote" it.
 
     Example:
-        >>> for m in transcript(model, tok, ["What is 7 + 5?"], SamplingSettings()):   # doctest: +SKIP
-        ...     print(m["role"], m["content"])
+        for m in transcript(model, tok, ["What is 7 + 5?"], SamplingSettings()):
+            print(m["role"], m["content"])
     """
     from .prompts import supports_system_role
 

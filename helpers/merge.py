@@ -41,8 +41,8 @@ def saved_dtype(model_dir: str | Path) -> str | None:
     """The dtype a saved model folder declares in its ``config.json`` (what was really written).
 
     Example:
-        >>> saved_dtype(RUN / "merged")     # doctest: +SKIP
-        'float32'
+        saved_dtype(RUN / "merged")
+        # -> 'float32'
     """
     try:
         config = json.loads((Path(model_dir) / "config.json").read_text())
@@ -94,9 +94,9 @@ def verify_merged(adapter_model: Any, merged_model: Any, tokenizer: Any, prompts
     ``adapter`` is the LoRA request on a vLLM engine.
 
     Example:
-        >>> report = verify_merged(model, merged, tok, prompts[:4])   # doctest: +SKIP
-        >>> report.all_match                                          # doctest: +SKIP
-        True
+        report = verify_merged(model, merged, tok, prompts[:4])
+        report.all_match
+        # -> True
     """
     from .generation import SamplingSettings, generate
 

@@ -6,10 +6,11 @@ and converted once into a plain transformers folder (:func:`bundled_model_path`)
 :func:`load_model` is what notebook 03 writes out in full: Unsloth's
 ``FastLanguageModel`` on a GPU, transformers + PEFT (optionally NF4 4-bit) on a CPU.
 
-Example:
-    >>> from helpers.config import get_profile
-    >>> from helpers.models import load_model
-    >>> model, tok = load_model(get_profile("cpu-smoke"))   # doctest: +SKIP
+Example::
+
+    from helpers.config import get_profile
+    from helpers.models import load_model
+    model, tok = load_model(get_profile("cpu-smoke"))
 """
 
 from __future__ import annotations
@@ -43,9 +44,9 @@ def bundled_model_path(cache: Path | None = None, build: bool = True) -> Path:
     folder that looks complete.
 
     Example:
-        >>> p = bundled_model_path()            # doctest: +SKIP
-        >>> sorted(x.name for x in p.iterdir())[:2]   # doctest: +SKIP
-        ['.complete', 'chat_template.jinja']
+        p = bundled_model_path()
+        sorted(x.name for x in p.iterdir())[:2]
+        # -> ['.complete', 'chat_template.jinja']
     """
     cache = Path(cache) if cache is not None else cache_dir()
     target = cache / "models" / "SmolLM2-135M-Instruct"
@@ -142,8 +143,8 @@ def end_of_turn(tokenizer: Any) -> str:
     """The text a chat template writes after an assistant message (e.g. ``<|im_end|>``).
 
     Example:
-        >>> end_of_turn(tok)       # doctest: +SKIP
-        '<|im_end|>'
+        end_of_turn(tok)
+        # -> '<|im_end|>'
     """
     marker = "XYZZY-END"
     msgs = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": marker}]
@@ -165,9 +166,9 @@ def prepare_tokenizer(tokenizer: Any, model: Any = None) -> Any:
     ``model``'s config and generation config get the same EOS id.
 
     Example:
-        >>> tok = prepare_tokenizer(AutoTokenizer.from_pretrained(model_source(SPEC)))  # doctest: +SKIP
-        >>> tok.eos_token, tok.padding_side                                            # doctest: +SKIP
-        ('<|im_end|>', 'left')
+        tok = prepare_tokenizer(AutoTokenizer.from_pretrained(model_source(SPEC)))
+        tok.eos_token, tok.padding_side
+        # -> ('<|im_end|>', 'left')
     """
     text_tok = getattr(tokenizer, "tokenizer", tokenizer)
     eot = end_of_turn(tokenizer)
@@ -189,7 +190,7 @@ def load_tokenizer(profile: Profile) -> Any:
     """The profile's tokenizer, prepared and carrying its prefill (no model is loaded).
 
     Example:
-        >>> tok = load_tokenizer(get_profile("cpu-smoke"))    # doctest: +SKIP
+        tok = load_tokenizer(get_profile("cpu-smoke"))
     """
     from transformers import AutoTokenizer
 
@@ -211,8 +212,8 @@ def load_model(profile: Profile, adapter: str | Path | None = None, lora: bool =
     (:func:`helpers.prompts.install_prefill`).
 
     Example:
-        >>> model, tok = load_model(get_profile("cpu-smoke"))   # doctest: +SKIP
-        >>> model.print_trainable_parameters()                  # doctest: +SKIP
+        model, tok = load_model(get_profile("cpu-smoke"))
+        model.print_trainable_parameters()
     """
     from .prompts import install_prefill
 

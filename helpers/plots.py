@@ -151,7 +151,7 @@ def show_figure(fig: Any, path: str | Path | None = None) -> None:
     """Display a figure as a PNG (any backend, headless too); with ``path`` also save it there.
 
     Example:
-        >>> show_figure(dashboard_figure(rows), RUN / "figures" / "dashboard.png")   # doctest: +SKIP
+        show_figure(dashboard_figure(rows), RUN / "figures" / "dashboard.png")
     """
     import io
 

@@ -97,9 +97,9 @@ def install_prefill(tokenizer: Any, prefill: str | None = PREFILL) -> Any:
     renders the same way.
 
     Example:
-        >>> tok = install_prefill(load_tokenizer(), "<reasoning>\\n")   # doctest: +SKIP
-        >>> render(tok, build_prompt("2+2?"))[-24:]                      # doctest: +SKIP
-        '<|im_start|>assistant\\n<reasoning>\\n'
+        tok = install_prefill(load_tokenizer(), "<reasoning>\\n")
+        render(tok, build_prompt("2+2?"))[-24:]
+        # -> '<|im_start|>assistant\\n<reasoning>\\n'
     """
     targets = {id(t): t for t in (tokenizer, _text_tokenizer(tokenizer))}.values()
     templated = [t for t in targets if isinstance(getattr(t, "chat_template", None), str)]
@@ -119,8 +119,8 @@ def installed_prefill(tokenizer: Any) -> str:
     """The prefill :func:`install_prefill` put into the template ("" when none).
 
     Example:
-        >>> installed_prefill(install_prefill(tok, "<reasoning>\\n"))   # doctest: +SKIP
-        '<reasoning>\\n'
+        installed_prefill(install_prefill(tok, "<reasoning>\\n"))
+        # -> '<reasoning>\\n'
     """
     template = next((t.chat_template for t in (tokenizer, _text_tokenizer(tokenizer))
                      if isinstance(getattr(t, "chat_template", None), str)), "")
@@ -136,8 +136,8 @@ def render(tokenizer: Any, prompt: Any, **chat_template_kwargs: Any) -> str:
     A plain string is returned as it is (TRL applies no template to text prompts).
 
     Example:
-        >>> render(tok, build_prompt("What is 2 + 3?"))[-22:]           # doctest: +SKIP
-        '<|im_start|>assistant\\n'
+        render(tok, build_prompt("What is 2 + 3?"))[-22:]
+        # -> '<|im_start|>assistant\\n'
     """
     if isinstance(prompt, str):
         return prompt
@@ -152,8 +152,8 @@ def encode(tokenizer: Any, prompts: Sequence[Any], **chat_template_kwargs: Any) 
     tokenize=True)``; plain strings through ``tokenizer(text=...)``, as TRL does.
 
     Example:
-        >>> encode(tok, [build_prompt("What is 2 + 3?")])[0][:2]       # doctest: +SKIP
-        [1, 9690]
+        encode(tok, [build_prompt("What is 2 + 3?")])[0][:2]
+        # -> [1, 9690]
     """
     prompts = list(prompts)
     if not prompts:
@@ -169,8 +169,8 @@ def supports_system_role(tokenizer: Any) -> bool:
     """Whether the chat template renders a system message (Gemma 2's raises; some drop it).
 
     Example:
-        >>> supports_system_role(tok)      # doctest: +SKIP
-        True
+        supports_system_role(tok)
+        # -> True
     """
     probe = "SYSTEM-ROLE-PROBE-31"
     try:

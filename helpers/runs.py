@@ -34,8 +34,8 @@ def run_dir(profile_name: str | None = None, create: bool = True) -> Path:
     """The current run folder: ``COURSE_RUN_DIR``, else ``runs/lab-<profile>``.
 
     Example:
-        >>> run_dir("cpu-smoke", create=False).name      # doctest: +SKIP
-        'lab-cpu-smoke'
+        run_dir("cpu-smoke", create=False).name
+        # -> 'lab-cpu-smoke'
     """
     env = os.environ.get("COURSE_RUN_DIR", "").strip()
     if env:
@@ -129,7 +129,7 @@ def record_run_info(run: str | Path, profile: Profile, **extra: Any) -> Path:
     """Add the profile, library versions and machine to ``run.json``, keeping earlier keys.
 
     Example:
-        >>> record_run_info(RUN, PROFILE, training={"adapter": "adapter"})   # doctest: +SKIP
+        record_run_info(RUN, PROFILE, training={"adapter": "adapter"})
     """
     from .preflight import installed_versions
 

@@ -5,7 +5,7 @@ prints (or renders) the same content statically, so a headless run, a
 rendered copy on GitHub or a frontend without widget support still shows it.
 
 Example:
-    >>> box = reward_playground(get_preset("arithmetic"), "<answer>4</answer>", answer="4")   # doctest: +SKIP
+    box = reward_playground(get_preset("arithmetic"), "<answer>4</answer>", answer="4")
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ def reward_playground(rewards: Any, text: str = "", answer: str | None = None) -
     """A text box: type a completion, see every reward's score and the weighted total update live.
 
     Example:
-        >>> reward_playground(PRESET, "18 + 17 = 35\\n</reasoning>", answer="35")   # doctest: +SKIP
+        reward_playground(PRESET, "18 + 17 = 35\\n</reasoning>", answer="35")
     """
     import ipywidgets as W
 
@@ -43,7 +43,7 @@ def completions_explorer(df: Any) -> Any:
     showing each prompt's completions with their rewards and advantages.
 
     Example:
-        >>> completions_explorer(load_completions(RUN / "grpo"))     # doctest: +SKIP
+        completions_explorer(load_completions(RUN / "grpo"))
     """
     import ipywidgets as W
 
@@ -61,7 +61,7 @@ def chat_box(model: Any, tokenizer: Any, settings: Any, adapter: Any = None,
     """A text box and a Send button; each question is a fresh conversation (what the model was trained on).
 
     Example:
-        >>> chat_box(model, tok, SamplingSettings(max_new_tokens=64))    # doctest: +SKIP
+        chat_box(model, tok, SamplingSettings(max_new_tokens=64))
     """
     import ipywidgets as W
 
