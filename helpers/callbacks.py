@@ -63,9 +63,9 @@ class DashboardCallback(TrainerCallback):
     """The training dashboard: reward, signal, length and loss curves.
 
     In a notebook it is redrawn every ``every`` logged steps (``live=None``
-    detects a kernel); otherwise it prints one line per step. Either way the
-    figure is saved to ``<run>/figures/dashboard.png`` at every checkpoint and
-    at the end.
+    detects a kernel), with one progress line each time; elsewhere it prints a
+    progress line per step. Either way the figure is saved to
+    ``<run>/figures/dashboard.png`` at every checkpoint and at the end.
     """
 
     def __init__(self, run: str | Path, every: int = 5, live: bool | None = None,
@@ -83,19 +83,18 @@ class DashboardCallback(TrainerCallback):
         return dashboard_figure(step_logs(state.log_history))
 
     def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: D102
-        if not logs or "train_runtime" in logs:
-            return
-        if not self.live:
-            if "reward" in logs:
-                self.print_fn(f"step {state.global_step:>4}/{state.max_steps}  " + "  ".join(
-                    f"{label} {'-' if logs.get(key) is None else format(logs[key], spec)}" for label, key, spec in (
-                        ("reward", "reward", ".3f"), ("std", "reward_std", ".3f"),
-                        ("zero-std", "frac_reward_zero_std", ".2f"), ("length", "completions/mean_length", ".1f"))))
+        if not logs or "train_runtime" in logs or "reward" not in logs:
             return
         self._since_draw += 1
-        if self._since_draw >= self.every:
-            self._since_draw = 0
+        if self.live and self._since_draw < self.every:
+            return
+        self._since_draw = 0
+        if self.live:
             self._draw(state)
+        self.print_fn(f"step {state.global_step:>4}/{state.max_steps}  " + "  ".join(
+            f"{label} {'-' if logs.get(key) is None else format(logs[key], spec)}" for label, key, spec in (
+                ("reward", "reward", ".3f"), ("std", "reward_std", ".3f"),
+                ("zero-std", "frac_reward_zero_std", ".2f"), ("length", "completions/mean_length", ".1f"))))
 
     def _draw(self, state: Any) -> None:
         import io

@@ -376,6 +376,10 @@ def _check_profile_name(name: str, source: str) -> None:
 def get_profile(name: str | None = None, **overrides: object) -> Profile:
     """The named profile (or the detected one), with ``COURSE_MODEL`` and overrides applied.
 
+    A profile that generates with vLLM becomes the same profile without vLLM when vLLM is not
+    installed (a warning says so), unless ``use_vllm`` is given explicitly: Unsloth's
+    ``fast_inference=True`` raises without it.
+
     Example:
         >>> get_profile("cpu-smoke", max_steps=3).max_steps
         3
@@ -390,6 +394,13 @@ def get_profile(name: str | None = None, **overrides: object) -> Profile:
         overrides.setdefault("model", model)
     if "model" in overrides:
         get_model_spec(str(overrides["model"]))
+    if profile.use_vllm and "use_vllm" not in overrides and importlib.util.find_spec("vllm") is None:
+        import warnings
+
+        warnings.warn(f"Profile {name!r} generates with vLLM, but vLLM is not installed: using {name!r} without "
+                      "vLLM (generation through transformers: slower, the same results). To use vLLM, "
+                      "`pip install 'grpo-course[vllm]'` and restart the runtime.", stacklevel=2)
+        overrides["use_vllm"] = False
     return profile.with_overrides(**overrides) if overrides else profile
 
 

@@ -52,6 +52,38 @@ def saved_dtype(model_dir: str | Path) -> str | None:
     return str(value) if value else None
 
 
+def collect_gguf(save_directory: str | Path, out_dir: str | Path, overwrite: bool = False) -> list[Path]:
+    """Move the ``.gguf`` files of Unsloth's ``save_pretrained_gguf(save_directory)`` into ``out_dir``.
+
+    Unsloth writes the 16-bit merge into ``save_directory`` and the GGUF files into a *sibling*,
+    ``save_directory + "_gguf"`` (``_gguf_output_directory`` in ``unsloth/save.py``, checked by a
+    contract test). Both work folders are removed once the files are in place; an existing
+    ``out_dir`` is kept unless ``overwrite``.
+
+    Example::
+
+        model.save_pretrained_gguf(str(RUN / "gguf-export"), tokenizer, quantization_method="q4_k_m")
+        collect_gguf(RUN / "gguf-export", RUN / "gguf")
+        # -> [PosixPath('.../gguf/model-Q4_K_M.gguf')]
+    """
+    import shutil
+
+    from .runs import atomic_folder
+
+    work = Path(save_directory)
+    sibling = Path(f"{work}_gguf")
+    files = sorted(sibling.glob("*.gguf")) or sorted(work.glob("*.gguf"))
+    if not files:
+        raise FileNotFoundError(f"No .gguf file in {sibling} or {work}: did save_pretrained_gguf finish? "
+                                "Its log says where it wrote.")
+    with atomic_folder(out_dir, overwrite=overwrite) as tmp:
+        for f in files:
+            shutil.move(str(f), tmp / f.name)
+    for folder in (sibling, work):
+        shutil.rmtree(folder, ignore_errors=True)
+    return sorted(Path(out_dir).glob("*.gguf"))
+
+
 @dataclass
 class VerifyReport:
     """Greedy outputs of the adapter model and of the reloaded merged model, prompt by prompt."""

@@ -75,6 +75,21 @@ def precision(profile: Profile, capability: tuple[int, int] | None) -> dict[str,
     return {"bf16": False, "fp16": not get_model_spec(profile.model).fp32_on_t4}
 
 
+def torch_dtype(profile: Profile, capability: tuple[int, int] | None) -> str:
+    """The dtype to load a full-precision copy of the profile's model in (a merge, its reference).
+
+    float32 on a CPU; bf16 from compute capability 8.0; below, float32 for a model that
+    overflows in fp16 (Gemma 3) and fp16 otherwise: the precision the profile trains in.
+
+    Example:
+        >>> from helpers.config import get_profile
+        >>> [torch_dtype(get_profile("colab-t4", model=m), (7, 5)) for m in ("qwen2.5-1.5b", "gemma3-1b")]
+        ['float16', 'float32']
+    """
+    bits = precision(profile, capability)
+    return "bfloat16" if bits["bf16"] else "float16" if bits["fp16"] else "float32"
+
+
 @dataclass(frozen=True)
 class Hardware:
     """Facts about the machine that decide the profile and the precision."""

@@ -73,7 +73,8 @@ def test_opens_with_badge_install_cell_and_profile_importing_unsloth_first(path)
     assert first.cell_type == "markdown" and f"notebooks/{path.name}" in first.source
     for word in ("you will learn", "how long it takes", "cpu-demo", "colab-t4"):
         assert word in first.source.lower(), f"intro lacks {word!r}"
-    assert INSTALL_LINE in install.source and 'if "google.colab" in sys.modules' in install.source
+    assert INSTALL_LINE in install.source and "{KEEP}" in install.source
+    assert 'if "google.colab" in sys.modules or "KAGGLE_KERNEL_RUN_TYPE" in os.environ' in install.source
     assert "PROFILE = get_profile()" in profile.source and "RUN = run_dir(" in profile.source
     # Unsloth patches TRL at import: on a GPU profile it is imported before anything else touches TRL
     lines = profile.source.splitlines()
@@ -222,3 +223,48 @@ def test_time_headers_agree_with_the_profiles(path):
         decimals = len(minutes.split(".")[1]) if "." in minutes else 0
         assert float(minutes) == round(PROFILES[profile].minutes[path.stem], decimals), (
             f"{path.name} says ~{minutes} min on {profile}; the profile says {PROFILES[profile].minutes[path.stem]}")
+
+
+# --------------------------------------------------------------------------- the GPU path, as far as a CPU can tell
+
+
+def test_install_cell_is_the_same_everywhere_and_keeps_the_images_torch_trio():
+    sources = {[c for c in cells(p) if c.cell_type == "code"][0].source for p in BOOKS}
+    assert len(sources) == 1, "the notebooks' install cells differ"
+    cell = sources.pop()
+    cell = cell.replace('if "google.colab" in sys.modules or "KAGGLE_KERNEL_RUN_TYPE" in os.environ:', "if True:")
+    cell = re.sub(r'"(grpo-course\[gpu\] @ [^"]+)"', r"'\1'", cell)
+    cell = re.sub(r"%pip install (.*)$", r'PIP = f"pip install \1"', cell, flags=re.M)
+    namespace: dict = {}
+    exec(cell, namespace)  # noqa: S102 - the course's own cell, with pip replaced by a string
+    import torch
+
+    assert f"torch=={torch.__version__}" in namespace["PIP"].split()
+
+
+def test_no_second_vllm_engine_in_the_notebooks_process():
+    """A new vllm.LLM beside Unsloth's engine fails vLLM's free-memory check: serve from its own process."""
+    for path in BOOKS:
+        assert not {c for c in calls(code(path)) if c.split(".")[-1] == "LLM"}, f"{path.name} builds a vllm.LLM"
+
+
+def test_after_training_every_sample_names_the_adapter():
+    """With vLLM, Unsloth's engine holds the base weights: a sample without a LoRA request is the base model."""
+    sampled = ("evaluate", "generate", "transcript", "chat_box", "evaluate_adapters")
+    for name, after in (("03_grpo_training", "trainer.train"), ("04_merge_and_inference", None)):
+        tree = ast.parse(code(ROOT / "notebooks" / f"{name}.ipynb"))
+        start = 0 if after is None else min(n.lineno for n in ast.walk(tree)
+                                            if isinstance(n, ast.Call) and ast.unparse(n.func) == after)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and node.lineno > start and \
+                    ast.unparse(node.func).split(".")[-1] in sampled:
+                assert {k.arg for k in node.keywords} & {"adapter", "folders"}, (
+                    f"{name}:{node.lineno} samples after training without naming the adapter")
+
+
+def test_the_merge_check_compares_like_with_like():
+    """On a 4-bit profile the reference for the merged model is the full-precision base + adapter."""
+    source = code(ROOT / "notebooks" / "04_merge_and_inference.ipynb")
+    cell = source[source.index("reloaded = AutoModelForCausalLM.from_pretrained"):source.index("report.table()")]
+    assert "if PROFILE.load_in_4bit:" in cell and "PeftModel.from_pretrained(full" in cell
+    assert "torch_dtype(PROFILE" in source and "float16" not in cell

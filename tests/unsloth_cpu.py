@@ -1,0 +1,125 @@
+"""Run the course's GRPO training through Unsloth's own patched trainer, on a CPU.
+
+    <contract-venv>/bin/python tests/unsloth_cpu.py <profile> <run folder> [--steps N] [--wrong-order]
+
+Run by ``tests/test_unsloth_trainer.py`` in the contract environment (Unsloth installed without its GPU
+dependencies). On a GPU, ``import unsloth`` rewrites TRL's trainers (``UnslothGRPOTrainer``, generated
+from TRL's source). With ``UNSLOTH_ALLOW_CPU=1`` the import returns before that step, so this script
+does what the import would: it reports a compute capability (7.5, a T4) and calls the same private entry
+Unsloth uses, ``unsloth.models.rl._patch_trl_rl_trainers_impl``. If that entry moves in a later Unsloth,
+the script fails loudly (the test does not skip).
+
+Unsloth's ``FastLanguageModel`` needs a GPU, so the model is the bundled SmolLM2 loaded with transformers
++ PEFT, in float32, given the no-op ``for_training``/``for_inference`` Unsloth's trainer calls. Everything
+else is the course's own code: ``helpers.training.train_grpo`` (the save point of notebook 03) with the
+GPU profile's recipe, the model loaded *before* any TRL config is built, as on Colab.
+
+Prints one line ``UNSLOTH-CPU-JSON {...}`` with what ran: the trainer and config classes, the effective
+config, the steps, and the files the run wrote.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+os.environ.setdefault("UNSLOTH_ALLOW_CPU", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def patch_unsloth() -> None:
+    """What ``import unsloth`` does on a T4: rewrite TRL's GRPO and SFT trainers."""
+    import torch
+
+    import unsloth  # noqa: F401
+    from unsloth.models import rl
+
+    torch.cuda.get_device_capability = lambda *a, **k: (7, 5)
+    for trainer in ("grpo_trainer", "sft_trainer"):
+        rl._patch_trl_rl_trainers_impl(trainer)
+
+
+def cpu_stand_in_for_fast_language_model(profile, spec, adapter, lora):
+    """helpers.models._load_unsloth on a CPU: Unsloth's patch, then the bundled model with PEFT LoRA."""
+    import types
+
+    from helpers.config import get_model_spec
+    from helpers.models import _load_transformers
+
+    patch_unsloth()  # FastLanguageModel's import is where Unsloth patches TRL on a GPU
+    cpu = profile.with_overrides(model="smollm2-135m", backend="transformers", load_in_4bit=False)
+    model, tok = _load_transformers(cpu, get_model_spec("smollm2-135m"), adapter, lora)
+    model.for_training = types.MethodType(lambda self, *a, **k: self.train(), model)
+    model.for_inference = types.MethodType(lambda self, *a, **k: self.eval(), model)
+    return model, tok
+
+
+def wrong_order(profile, run: Path) -> int:
+    """The defect the course had: a GRPOConfig built before Unsloth patched TRL, then Unsloth's trainer."""
+    from helpers.data import ensure_prepared
+    from helpers.models import load_model
+    from helpers.rewards import get_preset
+    from helpers.training import grpo_config
+
+    rewards = get_preset(profile.reward_preset, prefill=profile.prefill)
+    config = grpo_config(profile, run, [w for _, w in rewards])  # TRL's own GRPOConfig: Unsloth not imported yet
+    model, tok = load_model(profile)                              # imports and patches Unsloth
+    import trl
+
+    trainer = trl.GRPOTrainer(model=model, processing_class=tok, reward_funcs=[f for f, _ in rewards], args=config,
+                              train_dataset=ensure_prepared(profile, run, tokenizer=tok, verbose=False)["train"])
+    try:
+        trainer.train()
+        error = None
+    except Exception as exc:  # noqa: BLE001 - reported, not hidden
+        error = f"{type(exc).__name__}: {exc}"
+    print("UNSLOTH-CPU-JSON " + json.dumps({"trainer_class": type(trainer).__name__,
+                                            "config_class": type(config).__name__, "error": error}))
+    return 0
+
+
+def main() -> int:
+    name, run = sys.argv[1], Path(sys.argv[2])
+    steps = int(sys.argv[sys.argv.index("--steps") + 1]) if "--steps" in sys.argv else 2
+    os.environ.setdefault("COURSE_GSM8K_DIR", str(ROOT / "data" / "gsm8k_sample"))
+
+    import helpers.models
+    from helpers.config import get_profile
+    from helpers.training import train_grpo
+
+    # the GPU profile's recipe at CPU sizes: the same knobs, fewer and shorter completions
+    profile = get_profile(name, max_steps=steps, save_steps=1, max_completion_length=128, num_generations=2,
+                          per_device_train_batch_size=2, time_budget_minutes=None)
+    helpers.models._load_unsloth = cpu_stand_in_for_fast_language_model
+    if "--wrong-order" in sys.argv:
+        return wrong_order(profile, run)
+    out = train_grpo(profile, run, resume=False)
+
+    import trl
+
+    trainer, config = out["trainer"], out["trainer"].args
+    result = {
+        "trainer_class": type(trainer).__name__, "trainer_mro": [c.__name__ for c in type(trainer).__mro__[:4]],
+        "trl_GRPOTrainer": trl.GRPOTrainer.__name__, "config_class": type(config).__name__,
+        "config": {k: getattr(config, k, None) for k in (
+            "loss_type", "mask_truncated_completions", "epsilon", "epsilon_high", "beta", "num_generations",
+            "max_completion_length", "optim", "use_vllm", "bf16", "fp16", "reward_weights", "unsloth_num_chunks",
+            "chat_template_kwargs")},
+        "profile": {k: getattr(profile, k) for k in ("name", "mask_truncated_completions", "epsilon_high",
+                                                     "reward_preset", "optim", "use_vllm")},
+        "global_step": trainer.state.global_step,
+        "files": sorted(str(p.relative_to(run)) for p in run.rglob("*") if p.is_file()),
+        "rewards_logged": sorted(k for k in trainer.state.log_history[0] if k.startswith("rewards/")),
+    }
+    print("UNSLOTH-CPU-JSON " + json.dumps(result, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    os.chdir(tempfile.mkdtemp(prefix="unsloth-cpu-"))  # Unsloth writes unsloth_compiled_cache/ into the cwd
+    raise SystemExit(main())
