@@ -231,8 +231,8 @@ PROFILES: dict[str, Profile] = {
             max_seq_length=512,
             eval_prompts=16,
             # measured: `make course` on a quiet 2-core machine (bench/course.py)
-            minutes={"00_setup": 0.2, "01_dataset_prep": 0.2, "02_reward_lab": 0.3,
-                     "03_grpo_training": 0.7, "04_merge_and_inference": 0.6},
+            minutes={"00_setup": 0.1, "01_dataset_prep": 0.1, "02_reward_lab": 0.2,
+                     "03_grpo_training": 0.4, "04_merge_and_inference": 0.5},
             **_LORA_CPU,
         ),
         Profile(
@@ -260,8 +260,8 @@ PROFILES: dict[str, Profile] = {
             save_steps=10,
             max_seq_length=512,
             # measured: `make course` on a quiet 2-core machine (bench/course.py)
-            minutes={"00_setup": 0.2, "01_dataset_prep": 0.2, "02_reward_lab": 0.5,
-                     "03_grpo_training": 10.7, "04_merge_and_inference": 1.7},
+            minutes={"00_setup": 0.1, "01_dataset_prep": 0.1, "02_reward_lab": 0.3,
+                     "03_grpo_training": 10.4, "04_merge_and_inference": 1.5},
             **_LORA_CPU,
         ),
         Profile(
