@@ -63,8 +63,8 @@ lab: setup
 bench: setup
 	@for b in bench/*.py; do echo "== $$b" >&2; HF_HUB_OFFLINE=1 MPLBACKEND=Agg $(PY) $$b || exit 1; done
 
-# Ask pip whether the pinned GPU stack still resolves for Colab (Python 3.12, Linux x86_64),
-# without installing anything (~3 minutes, needs PyPI).
+# Ask pip what the install cell would change on Colab's published GPU image (Python 3.13, its own
+# torch build; tools/colab/), without installing anything (~2 minutes, needs PyPI).
 gpu-pins: setup
 	$(PY) tools/check_gpu_pins.py
 

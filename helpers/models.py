@@ -252,11 +252,29 @@ def _load_transformers(profile: Profile, spec: ModelSpec, adapter: str | Path | 
     return model, tok
 
 
+def import_unsloth(profile: Profile) -> None:
+    """On a GPU profile, import Unsloth now if it is installed: it rewrites TRL's trainers and configs
+    when imported, so it must come before anything builds a TRL config or trainer (else
+    ``'GRPOConfig' object has no attribute 'unsloth_num_chunks'``, unsloth #3931). Loading a model
+    without Unsloth fails later, with instructions. Does nothing on a CPU profile.
+
+    Example:
+        >>> from helpers.config import get_profile
+        >>> import_unsloth(get_profile("cpu-smoke")) is None
+        True
+    """
+    import importlib.util
+
+    if profile.backend == "unsloth" and importlib.util.find_spec("unsloth") is not None:
+        import unsloth  # noqa: F401
+
+
 def _load_unsloth(profile: Profile, spec: ModelSpec, adapter: str | Path | None,
                   lora: bool) -> tuple[Any, Any]:
     if spec.unsloth_id is None:
         raise ValueError(f"Model {spec.key!r} has no Unsloth id; on a GPU profile choose a Qwen or Gemma "
                          "model (COURSE_MODEL=qwen2.5-1.5b).")
+    import_unsloth(profile)
     try:
         from unsloth import FastLanguageModel
     except ImportError as exc:  # pragma: no cover - GPU only

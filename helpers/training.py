@@ -15,9 +15,9 @@ Notebook 03 writes ``SFTConfig``, ``SFTTrainer``, ``GRPOConfig`` and
   :func:`train_grpo`, :func:`ensure_adapter`. ``tests/test_notebooks.py`` checks
   that the notebook's ``GRPOConfig`` cell builds the same config.
 
-On a GPU profile ``unsloth`` must be imported before TRL (Unsloth patches
-TRL's classes at import): :func:`train_grpo` loads the model, which imports
-Unsloth, before it builds any TRL config.
+On a GPU profile ``unsloth`` must be imported before TRL (Unsloth rewrites
+TRL's classes at import): every function here that builds a TRL config or
+trainer calls :func:`helpers.models.import_unsloth` first.
 
 Example:
     >>> explain_config_error(TypeError("__init__() got an unexpected keyword argument 'max_prompt_length'"))[:39]
@@ -134,6 +134,9 @@ def grpo_config(profile: Profile, run: str | Path, reward_weights: list[float],
         cfg.num_generations, cfg.beta
         # -> (2, 0.0)
     """
+    from .models import import_unsloth
+
+    import_unsloth(profile)  # before TRL: Unsloth replaces its GRPOConfig
     from trl import GRPOConfig
 
     if capability is None and profile.backend == "unsloth":
@@ -212,10 +215,12 @@ def run_warmup(model: Any, tokenizer: Any, profile: Profile, run: str | Path,
                capability: tuple[int, int] | None = None) -> dict[str, Any]:
     """Notebook 03's warm-up cells: ``SFTConfig`` + ``SFTTrainer`` on :func:`warmup_dataset`, then
     the adapter saved to ``RUN/warmup-adapter`` (notebook 04 evaluates it). Returns a summary."""
+    from .models import import_unsloth, prepare_tokenizer
+
+    import_unsloth(profile)
     from transformers import PrinterCallback
     from trl import SFTConfig, SFTTrainer
 
-    from .models import prepare_tokenizer
 
     if capability is None and profile.backend == "unsloth":
         capability = gpu_capability()
@@ -266,12 +271,14 @@ def train_grpo(profile: Profile, run: str | Path, model: Any = None, tokenizer: 
     ``{"trainer", "model", "tokenizer", "summary"}`` and writes ``RUN/adapter``,
     ``train_config.json`` and ``run.json``.
     """
+    from .models import import_unsloth, load_model
+
+    import_unsloth(profile)  # first: Unsloth rewrites TRL's trainer and config when imported
     from transformers import PrinterCallback
     from trl import GRPOTrainer
 
     from .callbacks import DashboardCallback, RunLogCallback, TimeBudgetCallback
     from .data import ensure_prepared
-    from .models import load_model
     from .rewards import get_preset
 
     start = budget_start or time.time()

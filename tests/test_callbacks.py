@@ -155,7 +155,8 @@ def test_dashboard_prints_a_dash_for_a_missing_metric(tmp_path):
 
 
 def test_dashboard_live_redraws_every_n_steps_and_at_the_end(tmp_path, monkeypatch):
-    cb = DashboardCallback(tmp_path, every=2, live=True, print_fn=pytest.fail)
+    lines = []
+    cb = DashboardCallback(tmp_path, every=2, live=True, print_fn=lines.append)
     draws = []
     monkeypatch.setattr(cb, "_draw", lambda state: draws.append(state.global_step))
     history = []
@@ -163,6 +164,7 @@ def test_dashboard_live_redraws_every_n_steps_and_at_the_end(tmp_path, monkeypat
         history.append(_log(step))
         cb.on_log(ARGS, _state(step, history=history), TrainerControl(), logs=history[-1])
     assert draws == [2, 4]
+    assert [line.split("/")[0] for line in lines] == ["step    2", "step    4"]  # a line with each redraw
     cb.on_train_end(ARGS, _state(5, history=history), TrainerControl())
     assert draws == [2, 4, 5] and (tmp_path / "figures" / "dashboard.png").is_file()
 

@@ -171,3 +171,20 @@ def test_profiles_are_frozen_and_round_trip_through_dicts():
     with pytest.raises(dataclasses.FrozenInstanceError):
         p.max_steps = 5
     assert config.Profile(**p.to_dict()) == p
+
+
+def test_a_vllm_profile_without_vllm_installed_is_the_same_profile_without_vllm(monkeypatch):
+    """Unsloth's fast_inference=True raises without vLLM: say so and generate with transformers instead."""
+    import importlib.util
+    import warnings
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        p = get_profile("gpu-large")
+    assert p.use_vllm is False and p.max_steps == PROFILES["gpu-large"].max_steps
+    assert any("vLLM is not installed" in str(w.message) and "grpo-course[vllm]" in str(w.message) for w in caught)
+    assert get_profile("gpu-large", use_vllm=True).use_vllm is True  # an explicit choice is kept (and checked later)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "vllm" else real(name, *a))
+    assert get_profile("gpu-large").use_vllm is True

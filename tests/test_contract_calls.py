@@ -174,3 +174,25 @@ def test_the_save_points_build_configs_the_installed_trl_accepts(info, profile, 
         unknown = sorted(set(kwargs) - set(info["targets"]["trl:GRPOConfig"]["params"]))
         assert not unknown, f"{p.name}/{model}: GRPOConfig has no {unknown}"
         assert kwargs["chat_template_kwargs"] == (get_model_spec(model).chat_template_kwargs or None)
+
+
+def test_unsloth_writes_gguf_files_where_collect_gguf_looks(tmp_path):
+    """``save_pretrained_gguf(folder)`` puts the .gguf in ``folder + "_gguf"`` (a sibling), read from Unsloth."""
+    import os
+    import subprocess
+
+    from helpers.merge import collect_gguf
+
+    from .contract import contract_python
+
+    code = ("import os; os.environ['UNSLOTH_ALLOW_CPU'] = '1'; import unsloth.save as s; "
+            f"print('GGUF-DIR', s._gguf_output_directory({str(tmp_path / 'gguf-export')!r}))")
+    proc = subprocess.run([contract_python(), "-c", code], capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, UNSLOTH_ALLOW_CPU="1"), cwd=tmp_path)
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("GGUF-DIR ")), None)
+    assert line is not None, f"Unsloth no longer has save._gguf_output_directory: {proc.stderr[-2000:]}"
+    where = Path(line.split(" ", 1)[1])
+    (tmp_path / "gguf-export").mkdir()
+    where.mkdir()
+    (where / "model-Q4_K_M.gguf").write_bytes(b"GGUF")
+    assert [p.name for p in collect_gguf(tmp_path / "gguf-export", tmp_path / "gguf")] == ["model-Q4_K_M.gguf"]

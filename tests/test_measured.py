@@ -33,3 +33,11 @@ def test_the_readme_profile_table_adds_up_the_profiles_minutes():
         total = sum(PROFILES[name].minutes.values())
         assert float(amount) == round(total if unit == "min" else total / 60), (
             f"README says ~{amount} {unit} for {name}; its notebooks' minutes add up to {total:g}")
+
+
+def test_the_readme_colab_section_is_what_pip_answered():
+    from tools.measured import COLAB_END, COLAB_START, render_colab
+
+    text = README.read_text()
+    section = COLAB_START + text.split(COLAB_START, 1)[1].split(COLAB_END, 1)[0] + COLAB_END
+    assert section == render_colab(), "README's Colab section is stale: run `python tools/measured.py --write`"

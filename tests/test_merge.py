@@ -75,3 +75,55 @@ def test_a_float32_merge_matches_and_a_wrong_merge_or_a_bf16_copy_does_not(tmp_p
 
     wrong, _ = perturbed_lora_model(profile, seed=1)  # another adapter's update merged in
     assert not verify_merged(model, wrong.merge_and_unload(), tok, PROMPTS, max_new_tokens=24).all_match
+
+
+# --------------------------------------------------------------------------- GGUF files, where Unsloth writes them
+
+
+def test_collect_gguf_moves_the_files_out_of_unsloths_sibling_folder(tmp_path):
+    from helpers.merge import collect_gguf
+
+    work, sibling = tmp_path / "gguf-export", tmp_path / "gguf-export_gguf"
+    work.mkdir()
+    (work / "model.safetensors").write_bytes(b"16-bit merge")
+    sibling.mkdir()
+    (sibling / "m-Q4_K_M.gguf").write_bytes(b"GGUF")
+    out = collect_gguf(work, tmp_path / "gguf")
+    assert [p.name for p in out] == ["m-Q4_K_M.gguf"] and out[0].parent == tmp_path / "gguf"
+    assert not work.exists() and not sibling.exists()  # the 16-bit work copy no longer fills the disk
+    sibling.mkdir()
+    (sibling / "again.gguf").write_bytes(b"GGUF")
+    with pytest.raises(FileExistsError):  # a rerun does not silently replace the first export
+        collect_gguf(work, tmp_path / "gguf")
+    assert [p.name for p in collect_gguf(work, tmp_path / "gguf", overwrite=True)] == ["again.gguf"]
+
+
+def test_collect_gguf_says_where_it_looked(tmp_path):
+    from helpers.merge import collect_gguf
+
+    with pytest.raises(FileNotFoundError, match="gguf-export_gguf"):
+        collect_gguf(tmp_path / "gguf-export", tmp_path / "gguf")
+
+
+@pytest.mark.slow
+def test_after_4bit_training_the_merge_is_checked_against_the_full_precision_base(tmp_path):
+    """A merge is the full-precision base + LoRA: a 4-bit adapter model rounds differently and drifts from it
+    even when the merge is right, so notebook 04 compares the merged model with the same full-precision base
+    with the adapter loaded on it (like with like)."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from helpers.models import load_model
+
+    four_bit = get_profile("cpu-smoke", load_in_4bit=True)  # NF4 through bitsandbytes, on the CPU
+    model, tok = perturbed_lora_model(four_bit, seed=0, std=0.05)
+    adapter = save_adapter(model, tok, tmp_path / "adapter")
+    full, _ = load_model(four_bit.with_overrides(load_in_4bit=False), lora=False)
+    PeftModel.from_pretrained(full, str(adapter)).merge_and_unload().save_pretrained(str(tmp_path / "merged"))
+    merged = AutoModelForCausalLM.from_pretrained(str(tmp_path / "merged"), dtype=torch.float32)
+
+    assert not verify_merged(model, merged, tok, PROMPTS, max_new_tokens=24).all_match  # unlike with like
+    full_again, _ = load_model(four_bit.with_overrides(load_in_4bit=False), lora=False)
+    reference = PeftModel.from_pretrained(full_again, str(adapter))
+    assert verify_merged(reference, merged, tok, PROMPTS, max_new_tokens=24).all_match

@@ -128,7 +128,7 @@ def test_vllm_on_a_t4_is_flagged(vllm_installed):
 
 def test_a_profile_that_wants_vllm_without_it(vllm_installed):
     vllm_installed(False)
-    [trap] = preflight_warnings(machine(**A100_40), get_profile("gpu-large"), get_model_spec("qwen3-4b"))
+    [trap] = preflight_warnings(machine(**A100_40), get_profile("gpu-large", use_vllm=True), get_model_spec("qwen3-4b"))
     assert trap.topic == "vllm-missing" and "grpo-course[vllm]" in trap.fix
     vllm_installed(True)
     assert topics(machine(**A100_40), "gpu-large") == []
@@ -236,3 +236,19 @@ def test_shared_pins_sit_inside_unsloths_ranges():
     pins = _pyproject_pins(())
     assert Version(pins["transformers"]) <= Version("5.17.0") and Version(pins["trl"]) <= Version("1.13.0")
     assert Version(pins["datasets"]) < Version("5") and Version(pins["peft"]) >= Version("0.18.0")
+
+
+@pytest.mark.parametrize("profile, model, capability, expected", [
+    ("cpu-demo", None, None, "float32"),
+    ("colab-t4", "qwen2.5-1.5b", (7, 5), "float16"),
+    ("colab-t4", "gemma3-1b", (7, 5), "float32"),       # never fp16 for Gemma 3: it overflows
+    ("colab-t4", "gemma3-1b", (8, 0), "bfloat16"),
+    ("gpu-large", "qwen3-4b", (9, 0), "bfloat16"),
+])
+def test_the_dtype_a_merged_model_is_loaded_in(profile, model, capability, expected):
+    from helpers.config import get_profile
+    from helpers.preflight import torch_dtype
+
+    p = get_profile(profile, **({"model": model} if model else {}), **({"use_vllm": False}
+                                                                      if profile == "gpu-large" else {}))
+    assert torch_dtype(p, capability) == expected

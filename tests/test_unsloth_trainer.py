@@ -24,7 +24,8 @@ ROOT = SCRIPT.parents[1]
 
 def run_unsloth(profile: str, run: Path, *flags: str) -> dict:
     env = dict(os.environ, UNSLOTH_ALLOW_CPU="1", HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT),
-               PYTHONWARNINGS="ignore", COURSE_PROFILE=profile)
+               PYTHONWARNINGS="ignore", COURSE_PROFILE=profile,
+               UNSLOTH_COMPILE_DISABLE="1")  # Unsloth's compiled backward recompiles every step on a CPU
     proc = subprocess.run([contract_python(), str(SCRIPT), profile, str(run), *flags], capture_output=True,
                           text=True, env=env, timeout=900)
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("UNSLOTH-CPU-JSON ")), None)
@@ -36,10 +37,10 @@ def run_unsloth(profile: str, run: Path, *flags: str) -> dict:
 
 @pytest.mark.parametrize("name", ["colab-t4", "gpu-large"])
 def test_the_course_trains_through_unsloths_grpo_trainer(tmp_path, name):
-    out = run_unsloth(name, tmp_path)
+    out = run_unsloth(name, tmp_path, "--steps", "1")
     assert out["trainer_class"] == "UnslothGRPOTrainer" and out["trl_GRPOTrainer"] == "UnslothGRPOTrainer"
-    assert out["config_class"] == "UnslothGRPOConfig" and out["config"]["unsloth_num_chunks"] is not None
-    assert out["global_step"] == 2
+    assert out["config_is_unsloths"]  # Unsloth's GRPOConfig keeps TRL's class name (for pickling): read its fields
+    assert out["global_step"] == 1
     # the recipe both backends train: what the profile says, not what Unsloth would default to
     profile = PROFILES[name]
     assert out["config"]["mask_truncated_completions"] is profile.mask_truncated_completions is True
@@ -49,7 +50,7 @@ def test_the_course_trains_through_unsloths_grpo_trainer(tmp_path, name):
     assert "rewards/numeric_answer_reward/mean" in out["rewards_logged"]
     files = set(out["files"])
     for needed in ("adapter/adapter_config.json", "adapter/chat_template.jinja", "metrics.jsonl",
-                   "train_config.json", "grpo/checkpoint-2/trainer_state.json"):
+                   "train_config.json", "grpo/checkpoint-1/trainer_state.json"):
         assert needed in files, f"{needed} missing from the run folder"
     assert any(f.startswith("grpo/completions/completions_") for f in files)
     config = json.loads((tmp_path / "train_config.json").read_text())["grpo_config"]
@@ -59,5 +60,5 @@ def test_the_course_trains_through_unsloths_grpo_trainer(tmp_path, name):
 def test_a_config_built_before_unsloth_is_imported_breaks_its_trainer(tmp_path):
     """The import-order defect is real, so the test above would catch it (unsloth issue 3931)."""
     out = run_unsloth("colab-t4", tmp_path, "--wrong-order", "--steps", "1")
-    assert out["trainer_class"] == "UnslothGRPOTrainer" and out["config_class"] == "GRPOConfig"
+    assert out["trainer_class"] == "UnslothGRPOTrainer" and not out["config_is_unsloths"]
     assert out["error"] and "unsloth_num_chunks" in out["error"]

@@ -20,6 +20,7 @@ config, the steps, and the files the run wrote.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -32,26 +33,33 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-def patch_unsloth() -> None:
-    """What ``import unsloth`` does on a T4: rewrite TRL's GRPO and SFT trainers."""
+_PATCHED: list[bool] = []
+
+
+def import_unsloth_as_on_a_t4(profile=None) -> None:
+    """What ``import unsloth`` does on a T4: rewrite TRL's GRPO and SFT trainers (and their configs)."""
+    if _PATCHED or (profile is not None and profile.backend != "unsloth"):
+        return
     import torch
 
-    import unsloth  # noqa: F401
+    import unsloth  # noqa: F401  (with UNSLOTH_ALLOW_CPU=1 it returns before patching TRL)
     from unsloth.models import rl
 
     torch.cuda.get_device_capability = lambda *a, **k: (7, 5)
     for trainer in ("grpo_trainer", "sft_trainer"):
         rl._patch_trl_rl_trainers_impl(trainer)
+    _PATCHED.append(True)
 
 
 def cpu_stand_in_for_fast_language_model(profile, spec, adapter, lora):
-    """helpers.models._load_unsloth on a CPU: Unsloth's patch, then the bundled model with PEFT LoRA."""
+    """helpers.models._load_unsloth on a CPU: the bundled model with PEFT LoRA, after Unsloth's patch."""
     import types
 
+    import helpers.models
     from helpers.config import get_model_spec
     from helpers.models import _load_transformers
 
-    patch_unsloth()  # FastLanguageModel's import is where Unsloth patches TRL on a GPU
+    helpers.models.import_unsloth(profile)
     cpu = profile.with_overrides(model="smollm2-135m", backend="transformers", load_in_4bit=False)
     model, tok = _load_transformers(cpu, get_model_spec("smollm2-135m"), adapter, lora)
     model.for_training = types.MethodType(lambda self, *a, **k: self.train(), model)
@@ -67,7 +75,12 @@ def wrong_order(profile, run: Path) -> int:
     from helpers.training import grpo_config
 
     rewards = get_preset(profile.reward_preset, prefill=profile.prefill)
-    config = grpo_config(profile, run, [w for _, w in rewards])  # TRL's own GRPOConfig: Unsloth not imported yet
+    import helpers.models
+
+    patched = helpers.models.import_unsloth
+    helpers.models.import_unsloth = lambda profile: None          # the old helpers: no Unsloth import first
+    config = grpo_config(profile, run, [w for _, w in rewards])  # so this is TRL's own GRPOConfig
+    helpers.models.import_unsloth = patched
     model, tok = load_model(profile)                              # imports and patches Unsloth
     import trl
 
@@ -78,23 +91,26 @@ def wrong_order(profile, run: Path) -> int:
         error = None
     except Exception as exc:  # noqa: BLE001 - reported, not hidden
         error = f"{type(exc).__name__}: {exc}"
-    print("UNSLOTH-CPU-JSON " + json.dumps({"trainer_class": type(trainer).__name__,
-                                            "config_class": type(config).__name__, "error": error}))
+    print("UNSLOTH-CPU-JSON " + json.dumps({
+        "trainer_class": type(trainer).__name__, "error": error,
+        "config_is_unsloths": "unsloth_num_chunks" in {f.name for f in dataclasses.fields(config)}}))
     return 0
 
 
 def main() -> int:
     name, run = sys.argv[1], Path(sys.argv[2])
-    steps = int(sys.argv[sys.argv.index("--steps") + 1]) if "--steps" in sys.argv else 2
-    os.environ.setdefault("COURSE_GSM8K_DIR", str(ROOT / "data" / "gsm8k_sample"))
+    steps = int(sys.argv[sys.argv.index("--steps") + 1]) if "--steps" in sys.argv else 1
 
     import helpers.models
     from helpers.config import get_profile
     from helpers.training import train_grpo
 
-    # the GPU profile's recipe at CPU sizes: the same knobs, fewer and shorter completions
-    profile = get_profile(name, max_steps=steps, save_steps=1, max_completion_length=128, num_generations=2,
-                          per_device_train_batch_size=2, time_budget_minutes=None)
+    # the GPU profile's recipe (its rewards, loss, clipping, masking, optimizer, LoRA) at CPU sizes: two
+    # short completions of the synthetic sums (Unsloth's backward is slow on a CPU: ~40 s a step even so)
+    profile = get_profile(name, max_steps=steps, save_steps=1, max_completion_length=32, num_generations=2,
+                          per_device_train_batch_size=2, time_budget_minutes=None, task="arithmetic",
+                          task_level="add2-small", train_rows=16, eval_rows=4)
+    helpers.models.import_unsloth = import_unsloth_as_on_a_t4
     helpers.models._load_unsloth = cpu_stand_in_for_fast_language_model
     if "--wrong-order" in sys.argv:
         return wrong_order(profile, run)
@@ -106,6 +122,7 @@ def main() -> int:
     result = {
         "trainer_class": type(trainer).__name__, "trainer_mro": [c.__name__ for c in type(trainer).__mro__[:4]],
         "trl_GRPOTrainer": trl.GRPOTrainer.__name__, "config_class": type(config).__name__,
+        "config_is_unsloths": "unsloth_num_chunks" in {f.name for f in dataclasses.fields(config)},
         "config": {k: getattr(config, k, None) for k in (
             "loss_type", "mask_truncated_completions", "epsilon", "epsilon_high", "beta", "num_generations",
             "max_completion_length", "optim", "use_vllm", "bf16", "fp16", "reward_weights", "unsloth_num_chunks",

@@ -123,12 +123,15 @@ def pip_resolve(reqs: list[str], constraints: dict[str, str], links: Path) -> tu
         cfile.write_text("".join(f"{k}=={v}\n" for k, v in sorted(constraints.items())))
         cmd = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--only-binary=:all:",
                "--python-version", PYTHON, "--target", str(Path(tmp) / "target"), "--find-links", str(links),
-               "-c", str(cfile), "--disable-pip-version-check", "--quiet", "--report", str(report)]
+               "-c", str(cfile), "--disable-pip-version-check", "--report", str(report)]
         for plat in PLATFORMS:
             cmd += ["--platform", plat]
         proc = subprocess.run(cmd + reqs, capture_output=True, text=True)
         if proc.returncode != 0:
-            return False, proc.stderr, {}
+            lines = (proc.stdout + proc.stderr).splitlines()
+            return False, "\n".join(ln for ln in lines if not ln.startswith(("WARNING: Location", "Collecting",
+                                                                                  "  Using cached", "  Downloading",
+                                                                                  "Obtaining", "Requirement"))), {}
         chosen = {canonical(i["metadata"]["name"]): i["metadata"]["version"]
                   for i in json.loads(report.read_text())["install"]}
     return True, "", chosen
@@ -158,7 +161,7 @@ def check(extras: list[str]) -> dict:
             for b in blamed:
                 constraints.pop(b)
             released += blamed
-    changed = {k: [colab[k], v] for k, v in sorted(chosen.items()) if k in colab and colab[k].split("+")[0] != v}
+    changed = {k: [colab[k], v] for k, v in sorted(chosen.items()) if k in colab and colab[k] != v}
     added = {k: v for k, v in sorted(chosen.items()) if k not in colab}
     trio = {k: chosen.get(k, colab[k]) for k in TRIO}
     return {"resolved": True, "seconds": round(time.time() - start, 1), "python": PYTHON, "extras": extras,

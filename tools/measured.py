@@ -17,6 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 MEASURED = ROOT / "bench" / "measured"
 START, END = "<!-- measured:start (tools/measured.py --write) -->", "<!-- measured:end -->"
+COLAB_START, COLAB_END = "<!-- colab:start (tools/measured.py --write) -->", "<!-- colab:end -->"
 
 
 def load(name: str) -> dict:
@@ -71,15 +72,34 @@ def render() -> str:
     return "\n".join(lines)
 
 
+def render_colab() -> str:
+    """What the install cell changes on Colab's image, from ``bench/measured/gpu_pins.json``."""
+    pins = load("gpu_pins")
+    changed = ", ".join(f"{k} {a} → {b}" for k, (a, b) in pins["changed"].items())
+    added = ", ".join(f"{k} {v}" for k, v in pins["added"].items())
+    trio = ", ".join(f"{k} {v}" for k, v in pins["torch_trio"].items())
+    return "\n".join([
+        COLAB_START,
+        f"Asked of pip against Colab's published GPU image (Python {pins['python']}; `make gpu-pins`, "
+        f"`bench/measured/gpu_pins.json`): the install keeps {trio} "
+        f"{'and ipywidgets' if pins['ipywidgets_kept'] else 'but not ipywidgets'}; it upgrades {changed}; "
+        f"it adds {added}.",
+        COLAB_END,
+    ])
+
+
+def replace_between(text: str, start: str, end: str, new: str) -> str:
+    head, rest = text.split(start, 1)
+    return head + new + rest.split(end, 1)[1]
+
+
 def main() -> int:
-    text = render()
     if "--write" in sys.argv:
         readme = ROOT / "README.md"
-        current = readme.read_text()
-        head, rest = current.split(START, 1)
-        readme.write_text(head + text + rest.split(END, 1)[1])
+        text = replace_between(readme.read_text(), START, END, render())
+        readme.write_text(replace_between(text, COLAB_START, COLAB_END, render_colab()))
     else:
-        print(text)
+        print(render() + "\n\n" + render_colab())
     return 0
 
 
