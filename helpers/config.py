@@ -149,6 +149,7 @@ class Profile:
     lora_alpha: int
     warmup_examples: int
     warmup_level: str
+    #: Minutes of training before the run stops cleanly (adapter and checkpoint saved); COURSE_TIME_BUDGET overrides.
     time_budget_minutes: float | None
     save_steps: int
     logging_steps: int = 1
@@ -181,6 +182,8 @@ class Profile:
     warmup_batch_size: int = 8
     #: Held-out prompts notebook 04 evaluates (each side).
     eval_prompts: int = 100
+    #: The short, time-boxed training notebook 04 offers when it finds no adapter (minutes).
+    fallback_minutes: float = 3.0
 
     def with_overrides(self, **overrides: object) -> "Profile":
         """A copy with some fields changed; unknown names are an error."""
@@ -226,7 +229,8 @@ PROFILES: dict[str, Profile] = {
             warmup_examples=8,
             warmup_epochs=1,
             warmup_level="add1",
-            time_budget_minutes=None,
+            time_budget_minutes=2,
+            fallback_minutes=1,
             save_steps=1,
             max_seq_length=512,
             eval_prompts=16,
@@ -286,13 +290,15 @@ PROFILES: dict[str, Profile] = {
             lora_alpha=16,
             warmup_examples=0,
             warmup_level="add1",
-            time_budget_minutes=None,
+            time_budget_minutes=45,
+            fallback_minutes=10,
             save_steps=25,
             max_seq_length=1024,
             gpu_memory_utilization=0.6,
             eval_prompts=200,
-            minutes={"00_setup": 3.0, "01_dataset_prep": 1.0, "02_reward_lab": 3.0,
-                     "03_grpo_training": 100.0, "04_merge_and_inference": 15.0},
+            # estimated: the install, a model download, the 45-minute training budget (not measured: no GPU here)
+            minutes={"00_setup": 5.0, "01_dataset_prep": 1.0, "02_reward_lab": 3.0,
+                     "03_grpo_training": 50.0, "04_merge_and_inference": 15.0},
             **_GPU_RECIPE,
         ),
         Profile(
@@ -317,13 +323,15 @@ PROFILES: dict[str, Profile] = {
             lora_alpha=32,
             warmup_examples=0,
             warmup_level="add1",
-            time_budget_minutes=None,
+            time_budget_minutes=60,
+            fallback_minutes=10,
             save_steps=50,
             max_seq_length=2048,
             gpu_memory_utilization=0.5,
             eval_prompts=500,
-            minutes={"00_setup": 3.0, "01_dataset_prep": 1.0, "02_reward_lab": 3.0,
-                     "03_grpo_training": 90.0, "04_merge_and_inference": 10.0},
+            # estimated: the install, a model download, the 60-minute training budget (not measured: no GPU here)
+            minutes={"00_setup": 5.0, "01_dataset_prep": 1.0, "02_reward_lab": 3.0,
+                     "03_grpo_training": 65.0, "04_merge_and_inference": 10.0},
             **_GPU_RECIPE,
         ),
     ]
@@ -376,9 +384,10 @@ def _check_profile_name(name: str, source: str) -> None:
 def get_profile(name: str | None = None, **overrides: object) -> Profile:
     """The named profile (or the detected one), with ``COURSE_MODEL`` and overrides applied.
 
-    A profile that generates with vLLM becomes the same profile without vLLM when vLLM is not
-    installed (a warning says so), unless ``use_vllm`` is given explicitly: Unsloth's
-    ``fast_inference=True`` raises without it.
+    ``COURSE_TIME_BUDGET`` (minutes) replaces the profile's training time budget unless
+    ``time_budget_minutes`` is given. A profile that generates with vLLM becomes the same
+    profile without vLLM when vLLM is not installed (a warning says so), unless ``use_vllm``
+    is given explicitly: Unsloth's ``fast_inference=True`` raises without it.
 
     Example:
         >>> get_profile("cpu-smoke", max_steps=3).max_steps
@@ -394,6 +403,13 @@ def get_profile(name: str | None = None, **overrides: object) -> Profile:
         overrides.setdefault("model", model)
     if "model" in overrides:
         get_model_spec(str(overrides["model"]))
+    budget = os.environ.get("COURSE_TIME_BUDGET", "").strip()
+    if budget and "time_budget_minutes" not in overrides:
+        try:
+            overrides["time_budget_minutes"] = float(budget)
+        except ValueError:
+            raise ValueError(f"COURSE_TIME_BUDGET={budget!r} is not a number of minutes: set it like "
+                             "COURSE_TIME_BUDGET=20, or unset it to keep the profile's budget.") from None
     if profile.use_vllm and "use_vllm" not in overrides and importlib.util.find_spec("vllm") is None:
         import warnings
 

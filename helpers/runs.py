@@ -51,6 +51,50 @@ def run_dir(profile_name: str | None = None, create: bool = True) -> Path:
     return path
 
 
+#: Where run folders go when kept on Google Drive (Colab) or in the notebook's output (Kaggle).
+DRIVE_RUNS = Path("/content/drive/MyDrive/grpo-course/runs")
+KAGGLE_RUNS = Path("/kaggle/working/runs")
+
+
+def use_persistent_runs(keep: bool = True) -> Path | None:
+    """Keep the course's run folders where a disconnect cannot lose them, through ``COURSE_RUNS``.
+
+    Each notebook opened from a Colab badge runs on a fresh machine, and a disconnect recycles it:
+    a run folder in ``/content`` is gone, and notebook 04 would not find notebook 03's adapter. With
+    ``keep``, on Colab this mounts Google Drive (Colab asks you to allow it: decline, and nothing
+    changes) and uses ``MyDrive/grpo-course/runs``; on Kaggle it uses ``/kaggle/working/runs``
+    (kept as the notebook's output). Elsewhere, or when ``COURSE_RUNS`` is already set, nothing
+    changes. Returns the folder in use, or None.
+
+    Example:
+        >>> use_persistent_runs() is None or True     # on a laptop: nothing to do
+        True
+    """
+    import sys
+
+    if not keep or os.environ.get("COURSE_RUNS", "").strip():
+        return None
+    if "google.colab" in sys.modules:
+        try:
+            from google.colab import drive  # type: ignore[import-not-found]
+
+            drive.mount(str(DRIVE_RUNS.parents[2]))
+        except Exception as exc:  # noqa: BLE001 - declined, or no Drive: the run stays in /content
+            print(f"Google Drive not mounted ({exc}): run folders stay in /content and are lost at a "
+                  "disconnect. Run this cell again to allow it, or set KEEP_RUNS = False to stop asking.")
+            return None
+        folder = DRIVE_RUNS
+    elif "KAGGLE_KERNEL_RUN_TYPE" in os.environ:
+        folder = KAGGLE_RUNS
+    else:
+        return None
+    folder.mkdir(parents=True, exist_ok=True)
+    os.environ["COURSE_RUNS"] = str(folder)
+    print(f"Run folders are kept in {folder} (COURSE_RUNS): the next notebook, or this one after a "
+          "disconnect, finds them there.")
+    return folder
+
+
 def write_json(path: str | Path, data: Any) -> Path:
     """Write JSON atomically (a temporary file, then a rename).
 

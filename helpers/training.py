@@ -327,13 +327,21 @@ def write_train_config(run: str | Path, profile: Profile, config: Any, rewards: 
 
 
 def ensure_adapter(profile: Profile, run: str | Path, **kwargs: Any) -> Path:
-    """``RUN/adapter``, training one with :func:`train_grpo` (saying how long it may take) when missing."""
+    """``RUN/adapter``; when it is missing, say so and train a short one: the profile's recipe, stopped
+    by ``profile.fallback_minutes`` (said up front), never the full run unannounced.
+
+    Example::
+
+        ensure_adapter(get_profile("colab-t4"), RUN)
+        # -> No adapter in .../adapter. Training a short one now: ... stopped after 10 minutes ...
+    """
     path = Path(run) / ADAPTER_DIR
     if (path / "adapter_config.json").is_file():
         return path
-    budget = f"at most {profile.time_budget_minutes:g} minutes" if profile.time_budget_minutes else \
-        f"about {profile.minutes.get('03_grpo_training', '?')} minutes"
-    print(f"No adapter in {path}: training one now with profile {profile.name!r} "
-          f"({profile.max_steps} steps, {budget}).")
-    train_grpo(profile, run, **kwargs)
+    short = profile.with_overrides(time_budget_minutes=profile.fallback_minutes)
+    print(f"No adapter in {path}. Training a short one now: profile {profile.name!r}'s recipe, stopped after "
+          f"{short.time_budget_minutes:g} minutes (the full notebook 03 takes about "
+          f"{profile.minutes.get('03_grpo_training', '?')} minutes). For the real one, run notebook 03 first, "
+          f"or copy a finished run folder (its adapter/ and grpo/) into {Path(run)}.")
+    train_grpo(short, run, **kwargs)
     return path

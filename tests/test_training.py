@@ -233,20 +233,24 @@ def test_ensure_adapter_returns_an_existing_adapter_without_training(tmp_path, m
     assert capsys.readouterr().out == ""
 
 
-def test_ensure_adapter_says_what_it_will_do_then_trains(tmp_path, monkeypatch, capsys):
+def test_ensure_adapter_says_what_it_will_do_then_trains_a_short_run(tmp_path, monkeypatch, capsys):
     calls = []
 
     def fake_train(profile, run, **kwargs):
-        calls.append((profile.name, Path(run), kwargs))
+        calls.append((profile.name, profile.time_budget_minutes, profile.max_steps, Path(run), kwargs))
 
     monkeypatch.setattr(training, "train_grpo", fake_train)
     assert ensure_adapter(SMOKE, tmp_path, warmup=False) == tmp_path / "adapter"
     out = capsys.readouterr().out
-    assert out.startswith(f"No adapter in {tmp_path / 'adapter'}: training one now with profile 'cpu-smoke'")
-    assert f"(2 steps, about {SMOKE.minutes['03_grpo_training']} minutes)" in out
-    assert calls == [("cpu-smoke", tmp_path, {"warmup": False})]
-    ensure_adapter(get_profile("cpu-demo"), tmp_path)
-    assert "(60 steps, at most 10 minutes)" in capsys.readouterr().out
+    assert out.startswith(f"No adapter in {tmp_path / 'adapter'}. Training a short one now")
+    assert f"stopped after {SMOKE.fallback_minutes:g} minutes" in out
+    assert f"about {SMOKE.minutes['03_grpo_training']} minutes" in out      # what the full run would take
+    assert calls == [("cpu-smoke", SMOKE.fallback_minutes, SMOKE.max_steps, tmp_path, {"warmup": False})]
+    colab = get_profile("colab-t4", use_vllm=False)
+    ensure_adapter(colab, tmp_path)
+    out = capsys.readouterr().out
+    assert "stopped after 10 minutes" in out and "about 50.0 minutes" in out
+    assert calls[-1][1] == colab.fallback_minutes < colab.time_budget_minutes   # never the full budget
 
 
 # --------------------------------------------------------------------------- slow: the bundled model
