@@ -7,4 +7,4 @@ heavy library. Import what you need, e.g.::
     from helpers.models import load_model
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

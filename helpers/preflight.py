@@ -24,6 +24,7 @@ import sys
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 from .config import ModelSpec, Profile, get_model_spec
 
@@ -241,3 +242,37 @@ def check_versions(extras: tuple[str, ...] = ("cpu",)) -> list[VersionCheck]:
     installed = installed_versions(list(pinned_versions(extras)))
     return [VersionCheck(name, version, installed[name])
             for name, version in sorted(pinned_versions(extras).items())]
+
+
+def room_line(hw: Hardware, profile: Profile, checks: list[VersionCheck], traps: list[Trap],
+              timing: Any = None) -> str:
+    """One line a learner pastes into the room's chat, so the instructor sees who has what.
+
+    ``timing`` is a :class:`helpers.training.StepTiming` (or None when no step was timed).
+
+    Example:
+        >>> from helpers.config import get_profile
+        >>> t4 = Hardware(True, "Tesla T4", (7, 5), 14.7, 2, 12.7, 30.0, True, False)
+        >>> room_line(t4, get_profile("colab-t4", use_vllm=False), [], [Trap("bf16", "", "")])
+        'grpo-course 0.2.0 | colab-t4 (Colab) | Tesla T4 14.7 GB cc7.5 fp16 | qwen2.5-1.5b | versions ok | traps: bf16 | step not timed'
+    """
+    from . import __version__
+
+    if hw.cuda:
+        mode = "bf16" if native_bf16(hw.capability) else "fp16"
+        cap = f"cc{hw.capability[0]}.{hw.capability[1]}" if hw.capability else "cc?"
+        machine = f"{hw.gpu_name} {hw.vram_gb} GB {cap} {mode}"
+    else:
+        machine = f"CPU {hw.cpus} cores {hw.ram_gb} GB"
+    where = " (Colab)" if hw.on_colab else " (Kaggle)" if hw.on_kaggle else ""
+    bad = [c.package for c in checks if not c.ok]
+    versions = "versions ok" if not bad else "versions differ: " + ",".join(bad)
+    trap_text = "traps: " + ",".join(t.topic for t in traps) if traps else "no traps"
+    if timing is None:
+        step = "step not timed"
+    else:
+        fit = "" if timing.steps_in_budget is None else \
+            f" -> {min(timing.steps_in_budget, timing.max_steps)}/{timing.max_steps} steps in {timing.budget_minutes:g} min"
+        step = f"{timing.step_seconds:.1f} s/step{fit}"
+    return " | ".join([f"grpo-course {__version__}", profile.name + where, machine, profile.model, versions,
+                       trap_text, step])

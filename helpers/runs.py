@@ -66,9 +66,11 @@ def use_persistent_runs(keep: bool = True) -> Path | None:
     (kept as the notebook's output). Elsewhere, or when ``COURSE_RUNS`` is already set, nothing
     changes. Returns the folder in use, or None.
 
-    Example:
-        >>> use_persistent_runs() is None or True     # on a laptop: nothing to do
-        True
+    Example::
+
+        KEEP_RUNS = True                    # False: never ask, keep runs in /content
+        use_persistent_runs(KEEP_RUNS)      # on Colab: Drive asks once; on a laptop: nothing happens
+        RUN = run_dir(PROFILE.name)         # then under MyDrive/grpo-course/runs/
     """
     import sys
 

@@ -269,14 +269,14 @@ def data_file(name: str) -> Path:
         >>> data_file("custom_example.csv").name
         'custom_example.csv'
     """
-    from .config import REPO_BRANCH, REPO_URL, cache_dir, project_root
+    from .config import REPO_REF, REPO_URL, cache_dir, project_root
 
     root = project_root()
     if root is not None and (root / "data" / name).is_file():
         return root / "data" / name
     cached = cache_dir() / "data" / name
     if not cached.is_file():
-        url = REPO_URL.replace("github.com", "raw.githubusercontent.com") + f"/{REPO_BRANCH}/data/{name}"
+        url = REPO_URL.replace("github.com", "raw.githubusercontent.com") + f"/{REPO_REF}/data/{name}"
         try:
             import urllib.request
 

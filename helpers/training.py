@@ -12,7 +12,8 @@ Notebook 03 writes ``SFTConfig``, ``SFTTrainer``, ``GRPOConfig`` and
 * the save point of notebook 03's cells, the same calls as functions, for
   notebook 04 (a short run when no adapter exists) and the benchmarks:
   :func:`grpo_config`, :func:`warmup_dataset`, :func:`run_warmup`,
-  :func:`train_grpo`, :func:`ensure_adapter`. ``tests/test_notebooks.py`` checks
+  :func:`train_grpo`, :func:`ensure_adapter`, and :func:`time_grpo_step` (notebook 00's plan).
+  ``tests/test_notebooks.py`` checks
   that the notebook's ``GRPOConfig`` cell builds the same config.
 
 On a GPU profile ``unsloth`` must be imported before TRL (Unsloth rewrites
@@ -29,6 +30,7 @@ from __future__ import annotations
 import importlib.util
 import re
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -345,3 +347,89 @@ def ensure_adapter(profile: Profile, run: str | Path, **kwargs: Any) -> Path:
           f"or copy a finished run folder (its adapter/ and grpo/) into {Path(run)}.")
     train_grpo(short, run, **kwargs)
     return path
+
+
+@dataclass(frozen=True)
+class StepTiming:
+    """What GRPO steps cost on this machine, and what the profile's time budget buys with it.
+
+    ``seconds`` are TRL's own ``step_time`` per logged step (generation, rewards, loss and backward
+    of one optimizer step). The first step carries one-off costs (caches, kernels compiled on first
+    use); the last one is the price of every later step.
+
+    Example:
+        >>> t = StepTiming("colab-t4", seconds=(31.0, 20.0), max_steps=250, budget_minutes=45, warmup=False)
+        >>> t.step_seconds, t.steps_in_budget, t.fits
+        (20.0, 134, False)
+    """
+
+    profile: str
+    seconds: tuple[float, ...]
+    max_steps: int
+    budget_minutes: float | None
+    warmup: bool
+
+    @property
+    def step_seconds(self) -> float:
+        """A step after the first: what each step of the run will cost."""
+        return self.seconds[-1]
+
+    @property
+    def steps_in_budget(self) -> int | None:
+        """Steps that fit in the budget at this pace (the first step's extra cost counted); None: no budget."""
+        if not self.budget_minutes:
+            return None
+        extra = max(0.0, self.seconds[0] - self.step_seconds)
+        return max(0, int((self.budget_minutes * 60 - extra) // max(self.step_seconds, 1e-9)))
+
+    @property
+    def fits(self) -> bool:
+        """True when all ``max_steps`` end inside the budget."""
+        return self.steps_in_budget is None or self.steps_in_budget >= self.max_steps
+
+    def plan(self) -> str:
+        """Two or three sentences for notebook 00: the timed step, the budget in steps, what happens."""
+        lines = [f"One GRPO step of profile {self.profile!r} takes {self.step_seconds:.1f} s here "
+                 f"(the first took {self.seconds[0]:.1f} s: one-off costs)."]
+        if self.budget_minutes is None:
+            lines.append(f"No time budget: all {self.max_steps} steps take about "
+                         f"{self.max_steps * self.step_seconds / 60:.0f} min.")
+        else:
+            fit = (f"all {self.max_steps} steps fit (about {self.max_steps * self.step_seconds / 60:.1f} min)"
+                   if self.fits else f"training stops after about {self.steps_in_budget} of the "
+                   f"{self.max_steps} steps, with the adapter saved; run notebook 03 again to go on "
+                   "from there")
+            lines.append(f"Time budget: {self.budget_minutes:g} min (COURSE_TIME_BUDGET changes it): {fit}.")
+            if self.warmup:
+                lines.append("The format warm-up before GRPO counts in the budget too.")
+        return "\n".join(lines)
+
+
+def time_grpo_step(profile: Profile, steps: int = 2, **kwargs: Any) -> StepTiming:
+    """Time ``steps`` real GRPO steps of ``profile`` (its model, data and ``GRPOConfig``) in a scratch folder.
+
+    Nothing is kept: the steps train a throw-away adapter in a temporary folder. ``kwargs`` go to
+    :func:`train_grpo` (``model``, ``tokenizer``, ``rewards``).
+
+    Example::
+
+        print(time_grpo_step(get_profile("cpu-smoke")).plan())
+        # -> One GRPO step of profile 'cpu-smoke' takes 3.1 s here (the first took 3.4 s: one-off costs). ...
+    """
+    import shutil
+    import tempfile
+
+    if steps < 1:
+        raise ValueError(f"steps={steps}: time at least one step (2 shows the one-off costs of the first).")
+    folder = Path(tempfile.mkdtemp(prefix="grpo-step-timing-"))
+    try:
+        timed = profile.with_overrides(max_steps=steps, time_budget_minutes=None, save_steps=steps + 1)
+        out = train_grpo(timed, folder, resume=False, warmup=False, **kwargs)
+        seconds = tuple(round(float(row["step_time"]), 2) for row in out["trainer"].state.log_history
+                        if "step_time" in row)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    if not seconds:
+        raise RuntimeError("TRL logged no `step_time`: the pinned TRL should log it every step (logging_steps=1).")
+    return StepTiming(profile.name, seconds, profile.max_steps, profile.time_budget_minutes,
+                      warmup=profile.warmup_examples > 0)

@@ -8,8 +8,25 @@ from pathlib import Path
 import nbformat
 
 
-def notebook_code(path: Path) -> str:
-    """The code cells of a notebook joined in order; ``%pip ...`` lines become ``pass  # %pip ...``."""
-    cells = nbformat.read(path, as_version=4).cells
-    return "\n".join(re.sub(r"^(\s*)%(.*)$", r"\1pass  # %\2", c.source, flags=re.M)
-                     for c in cells if c.cell_type == "code")
+def notebook_code(path: Path, solutions: bool = True) -> str:
+    """The code cells of a notebook joined in order, then its exercise solutions (as the tests run them);
+    ``%pip ...`` lines become ``pass  # %pip ...``."""
+    nb = nbformat.read(path, as_version=4)
+    sources = [c.source for c in nb.cells if c.cell_type == "code"]
+    if solutions:
+        sources += solution_blocks(nb)
+    return "\n".join(re.sub(r"^(\s*)%(.*)$", r"\1pass  # %\2", s, flags=re.M) for s in sources)
+
+
+_DETAILS = re.compile(r"<details>(.*?)</details>", re.S)
+_FENCE = re.compile(r"```python\n(.*?)```", re.S)
+
+
+def solution_blocks(nb: nbformat.NotebookNode) -> list[str]:
+    """The ```python blocks inside the ``<details>`` of a notebook's markdown cells: its exercise solutions."""
+    blocks = []
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            for details in _DETAILS.findall(cell.source):
+                blocks += [block.strip("\n") for block in _FENCE.findall(details)]
+    return blocks

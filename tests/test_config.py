@@ -188,3 +188,26 @@ def test_a_vllm_profile_without_vllm_installed_is_the_same_profile_without_vllm(
     assert get_profile("gpu-large", use_vllm=True).use_vllm is True  # an explicit choice is kept (and checked later)
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "vllm" else real(name, *a))
     assert get_profile("gpu-large").use_vllm is True
+
+
+def test_every_profile_has_a_time_budget_and_a_shorter_fallback():
+    for p in PROFILES.values():
+        assert p.time_budget_minutes and p.time_budget_minutes > 0, p.name
+        assert 0 < p.fallback_minutes < p.time_budget_minutes, p.name
+    # a workshop slot: no GPU profile trains for more than an hour unless told to
+    assert all(p.time_budget_minutes <= 60 for p in PROFILES.values())
+
+
+def test_course_time_budget_sets_the_budget_and_an_explicit_one_wins(monkeypatch):
+    monkeypatch.setenv("COURSE_TIME_BUDGET", "20")
+    assert get_profile("colab-t4", use_vllm=False).time_budget_minutes == 20.0
+    assert get_profile("cpu-demo").time_budget_minutes == 20.0
+    assert get_profile("colab-t4", use_vllm=False, time_budget_minutes=5).time_budget_minutes == 5
+    monkeypatch.setenv("COURSE_TIME_BUDGET", " ")
+    assert get_profile("colab-t4", use_vllm=False).time_budget_minutes == 45
+
+
+def test_a_bad_course_time_budget_names_the_variable(monkeypatch):
+    monkeypatch.setenv("COURSE_TIME_BUDGET", "45min")
+    with pytest.raises(ValueError, match=r"COURSE_TIME_BUDGET='45min' is not a number of minutes"):
+        get_profile("cpu-demo")

@@ -252,3 +252,21 @@ def test_the_dtype_a_merged_model_is_loaded_in(profile, model, capability, expec
     p = get_profile(profile, **({"model": model} if model else {}), **({"use_vllm": False}
                                                                       if profile == "gpu-large" else {}))
     assert torch_dtype(p, capability) == expected
+
+
+def test_room_line_says_who_has_what_in_one_line():
+    from helpers.preflight import Hardware, Trap, VersionCheck, room_line
+    from helpers.training import StepTiming
+
+    laptop = Hardware(False, None, None, None, 2, 24.0, 50.0, False, False)
+    checks = [VersionCheck("trl", "1.13.0", "1.13.0"), VersionCheck("peft", "0.19.1", "0.18.0")]
+    timing = StepTiming("cpu-demo", seconds=(10.0, 9.0), max_steps=60, budget_minutes=10, warmup=True)
+    line = room_line(laptop, get_profile("cpu-demo"), checks, [], timing)
+    assert "\n" not in line
+    assert line.split(" | ")[1:] == ["cpu-demo", "CPU 2 cores 24.0 GB", "smollm2-135m", "versions differ: peft",
+                                     "no traps", "9.0 s/step -> 60/60 steps in 10 min"]
+    a100 = Hardware(True, "NVIDIA A100", (8, 0), 40.0, 8, 80.0, 100.0, False, True)
+    slow = StepTiming("gpu-large", seconds=(80.0, 70.0), max_steps=500, budget_minutes=60, warmup=False)
+    line = room_line(a100, get_profile("gpu-large", use_vllm=False), checks[:1], [Trap("vllm-missing", "", "")], slow)
+    assert " | gpu-large (Kaggle) | NVIDIA A100 40.0 GB cc8.0 bf16 | " in line
+    assert line.endswith("| versions ok | traps: vllm-missing | 70.0 s/step -> 51/500 steps in 60 min")

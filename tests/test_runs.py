@@ -133,3 +133,74 @@ def test_run_info_records_profile_versions_machine_and_keeps_earlier_keys(tmp_pa
     assert info["versions"]["trl"] == "1.13.0" and info["versions"]["transformers"]
     assert set(info["machine"]) == {"python", "platform", "cpus"} and info["machine"]["cpus"] >= 1
     assert info["notebook"] == "01" and info["adapter"] == "adapter/" and info["created"] == created
+
+
+# --------------------------------------------------------------------------- run folders that outlive a session
+
+
+def _fake_colab(monkeypatch, mount):
+    """Install a stand-in ``google.colab`` whose ``drive.mount`` is ``mount``."""
+    import sys
+    import types
+
+    google = types.ModuleType("google")
+    colab = types.ModuleType("google.colab")
+    colab.drive = SimpleNamespace(mount=mount)
+    google.colab = colab
+    monkeypatch.setitem(sys.modules, "google", google)
+    monkeypatch.setitem(sys.modules, "google.colab", colab)
+
+
+def test_persistent_runs_on_colab_mount_drive_and_set_course_runs(monkeypatch, tmp_path, capsys):
+    mounted = []
+    drive_runs = tmp_path / "drive" / "MyDrive" / "grpo-course" / "runs"
+    monkeypatch.setattr(runs, "DRIVE_RUNS", drive_runs)
+    monkeypatch.delenv("COURSE_RUNS", raising=False)
+    monkeypatch.delenv("COURSE_RUN_DIR", raising=False)
+    _fake_colab(monkeypatch, lambda where: mounted.append(where))
+    assert runs.use_persistent_runs(True) == drive_runs
+    assert mounted == [str(tmp_path / "drive")]                  # the mount point above MyDrive
+    assert drive_runs.is_dir() and runs.os.environ["COURSE_RUNS"] == str(drive_runs)
+    assert run_dir("colab-t4") == drive_runs / "lab-colab-t4"   # where every notebook now looks
+    assert "kept in" in capsys.readouterr().out
+    assert runs.use_persistent_runs(True) is None and mounted == [str(tmp_path / "drive")]  # asked once
+
+
+def test_persistent_runs_declined_on_colab_keeps_content_and_says_so(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(runs, "DRIVE_RUNS", tmp_path / "drive" / "MyDrive" / "g" / "runs")
+    monkeypatch.delenv("COURSE_RUNS", raising=False)
+
+    def declined(where):
+        raise RuntimeError("credential propagation was unsuccessful")
+
+    _fake_colab(monkeypatch, declined)
+    assert runs.use_persistent_runs(True) is None
+    assert "COURSE_RUNS" not in runs.os.environ
+    out = capsys.readouterr().out
+    assert "not mounted" in out and "KEEP_RUNS = False" in out
+
+
+def test_persistent_runs_never_asks_when_told_not_to_or_off_colab(monkeypatch, tmp_path):
+    monkeypatch.delenv("COURSE_RUNS", raising=False)
+    monkeypatch.delenv("KAGGLE_KERNEL_RUN_TYPE", raising=False)
+    _fake_colab(monkeypatch, lambda where: pytest.fail("asked for Drive although KEEP_RUNS is False"))
+    assert runs.use_persistent_runs(False) is None
+    import sys
+
+    monkeypatch.delitem(sys.modules, "google.colab")
+    assert runs.use_persistent_runs(True) is None and "COURSE_RUNS" not in runs.os.environ  # a laptop
+
+
+def test_persistent_runs_on_kaggle_use_the_working_folder(monkeypatch, tmp_path):
+    monkeypatch.delenv("COURSE_RUNS", raising=False)
+    monkeypatch.setenv("KAGGLE_KERNEL_RUN_TYPE", "Interactive")
+    monkeypatch.setattr(runs, "KAGGLE_RUNS", tmp_path / "working" / "runs")
+    assert runs.use_persistent_runs() == tmp_path / "working" / "runs"
+    assert runs.os.environ["COURSE_RUNS"] == str(tmp_path / "working" / "runs")
+
+
+def test_persistent_runs_leave_a_chosen_course_runs_alone(monkeypatch, tmp_path):
+    monkeypatch.setenv("COURSE_RUNS", str(tmp_path / "mine"))
+    monkeypatch.setenv("KAGGLE_KERNEL_RUN_TYPE", "Interactive")
+    assert runs.use_persistent_runs() is None
+    assert runs.os.environ["COURSE_RUNS"] == str(tmp_path / "mine")

@@ -253,6 +253,24 @@ def test_ensure_adapter_says_what_it_will_do_then_trains_a_short_run(tmp_path, m
     assert calls[-1][1] == colab.fallback_minutes < colab.time_budget_minutes   # never the full budget
 
 
+# --------------------------------------------------------------------------- the step timing of notebook 00
+
+
+def test_step_timing_turns_a_timed_step_into_a_budget_in_steps():
+    from helpers.training import StepTiming
+
+    t4 = StepTiming("colab-t4", seconds=(40.0, 20.0), max_steps=250, budget_minutes=45, warmup=False)
+    assert t4.step_seconds == 20.0
+    assert t4.steps_in_budget == (45 * 60 - 20) // 20 == 134   # the first step's extra 20 s counted once
+    assert not t4.fits
+    assert "stops after about 134 of the 250 steps, with the adapter saved" in t4.plan()
+    demo = StepTiming("cpu-demo", seconds=(9.0, 9.5), max_steps=60, budget_minutes=10, warmup=True)
+    assert demo.steps_in_budget == 63 and demo.fits       # a first step faster than the next: no credit
+    assert "all 60 steps fit" in demo.plan() and "warm-up before GRPO counts" in demo.plan()
+    free = StepTiming("gpu-large", seconds=(6.0,), max_steps=100, budget_minutes=None, warmup=False)
+    assert free.steps_in_budget is None and free.fits and "No time budget: all 100 steps take about 10 min" in free.plan()
+
+
 # --------------------------------------------------------------------------- slow: the bundled model
 
 
@@ -330,3 +348,17 @@ def test_train_grpo_writes_a_run_and_a_stopped_run_resumes_where_it_stopped(tmp_
     assert config["grpo_config"]["max_steps"] == 2 and config["summary"]["global_step"] == 2
     assert [r["weight"] for r in config["rewards"]] == weights(SMOKE)
     assert read_json(tmp_path / "run.json")["versions"]["trl"] == "1.13.0"
+
+
+@pytest.mark.slow
+def test_time_grpo_step_times_real_steps_and_keeps_nothing(tmp_path, monkeypatch):
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))       # the scratch folder lands here
+    timing = training.time_grpo_step(SMOKE, steps=2)
+    assert len(timing.seconds) == 2 and all(s > 0 for s in timing.seconds)
+    assert timing.max_steps == SMOKE.max_steps and timing.budget_minutes == SMOKE.time_budget_minutes
+    assert timing.warmup                                         # cpu-smoke warms up: the plan says so
+    assert list(tmp_path.iterdir()) == []                        # the throw-away run is gone
+    with pytest.raises(ValueError, match="at least one step"):
+        training.time_grpo_step(SMOKE, steps=0)

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from helpers.config import REPO_BRANCH, REPO_URL, detect_profile, get_profile, project_root, runs_root
+from helpers.config import REPO_REF, REPO_URL, detect_profile, get_profile, project_root, runs_root
 
 
 class NotebookFailed(RuntimeError):
@@ -176,11 +176,11 @@ INSTALL = re.compile(r"git\+https://github\.com/[^/\s\"@]+/[^/\s\"@]+@[^\s\"\\]+
 
 def colab_prefix() -> str:
     return REPO_URL.replace("https://github.com/", "https://colab.research.google.com/github/") + \
-        f"/blob/{REPO_BRANCH}/notebooks/"
+        f"/blob/{REPO_REF}/notebooks/"
 
 
 def install_spec() -> str:
-    return f"git+{REPO_URL}@{REPO_BRANCH}"
+    return f"git+{REPO_URL}@{REPO_REF}"
 
 
 def link_problems(text: str) -> list[str]:
