@@ -22,6 +22,20 @@ def test_every_link_points_at_the_one_repository():
         assert not link_problems(path.read_text()), f"{path.name}: run `python tools/course.py badges`"
 
 
+def test_links_open_the_release_of_this_version():
+    import tomllib
+
+    import helpers
+    from helpers.config import REPO_REF
+    from tools.course import colab_prefix, install_spec
+
+    version = tomllib.loads((project_root() / "pyproject.toml").read_text())["project"]["version"]
+    assert helpers.__version__ == version, "helpers/__init__.py and pyproject.toml disagree on the version"
+    assert REPO_REF == f"v{version}", f"REPO_REF {REPO_REF!r} is not the tag of version {version}: see README, Releases"
+    assert f"/blob/{REPO_REF}/" in colab_prefix() and install_spec().endswith(f"@{REPO_REF}")
+    assert "/blob/main/" not in (project_root() / "README.md").read_text()
+
+
 def test_link_checker_catches_and_fixes_a_stale_url():
     stale = ("https://colab.research.google.com/github/old/repo/blob/main/notebooks/01_x.ipynb "
              '%pip install "grpo-course[gpu] @ git+https://github.com/old/repo@main"')

@@ -18,7 +18,7 @@ from helpers.config import PROFILES, get_model_spec, project_root
 from helpers.preflight import precision
 from tools.course import course_notebooks
 
-from .notebook_code import notebook_code
+from .notebook_code import notebook_code, solution_blocks
 
 BOOKS = course_notebooks()
 ROOT = project_root()
@@ -87,6 +87,30 @@ def test_opens_with_badge_install_cell_and_profile_importing_unsloth_first(path)
 def test_has_exercises_with_solutions_and_troubleshooting(path):
     text = markdown(path)
     assert "<details>" in text and "Exercise" in text and "Troubleshooting" in text
+
+
+@pytest.mark.parametrize("path", BOOKS, ids=lambda p: p.stem)
+def test_every_solution_is_code_the_tests_run(path):
+    """conftest.py runs each solution block after the notebook's cells; a <details> without one is untested."""
+    from .notebook_code import _DETAILS, _FENCE
+
+    nb = nbformat.read(path, as_version=4)
+    for i, cell in enumerate(nb.cells):
+        for details in _DETAILS.findall(cell.source) if cell.cell_type == "markdown" else []:
+            assert _FENCE.findall(details), f"{path.name} cell {i}: a <details> solution with no ```python block"
+    blocks = solution_blocks(nb)
+    assert blocks, f"{path.name}: no solution code for the tests to run"
+    for block in blocks:
+        ast.parse(block)  # a solution that does not even parse would fail as a test item anyway
+
+
+@pytest.mark.parametrize("path", BOOKS, ids=lambda p: p.stem)
+def test_the_profile_cell_keeps_runs_where_a_disconnect_cannot_lose_them(path):
+    profile = [c for c in cells(path) if c.cell_type == "code"][1].source
+    assert "KEEP_RUNS = True" in profile, "the profile cell lacks the KEEP_RUNS switch"
+    keep = profile.index("use_persistent_runs(KEEP_RUNS)")
+    assert profile.index("KEEP_RUNS = True") < keep < profile.index("RUN = run_dir("), (
+        "use_persistent_runs must set COURSE_RUNS before run_dir picks the folder")
 
 
 @pytest.mark.parametrize("path", BOOKS, ids=lambda p: p.stem)

@@ -1,7 +1,8 @@
 """The README's "Measured" section, written from the benchmarks' own JSON (one source for every number).
 
     python tools/measured.py            # print the section
-    python tools/measured.py --write    # rewrite it in README.md, between the measured markers
+    python tools/measured.py --write    # rewrite it in README.md, between the measured markers, and the
+                                        # time rows of the notebooks' intros and the README's profile table
 
 Each ``bench/measured/<name>.json`` is the stdout of ``python bench/<name>.py`` on the project's 2-core
 machine, committed as it was printed. ``tests/test_measured.py`` fails when the README's section is not
@@ -11,8 +12,10 @@ what this script writes from them, or when a profile's ``minutes`` disagree with
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 MEASURED = ROOT / "bench" / "measured"
@@ -93,11 +96,62 @@ def replace_between(text: str, start: str, end: str, new: str) -> str:
     return head + new + rest.split(end, 1)[1]
 
 
+#: A time row of a notebook's intro table: `| `profile` | ... ~N min ...`.
+TIME_ROW = re.compile(r"^(\|\s*`(cpu-smoke|cpu-demo|colab-t4|gpu-large)`[^|]*\|(?:[^|]*\|)*?\s*~?)([\d.]+)(\s*min)", re.M)
+#: A row of the README's profile table: `| `profile` | ... | ~N min (...) |`.
+README_ROW = re.compile(r"^(\| `(cpu-smoke|cpu-demo|colab-t4|gpu-large)` \|.*\| ~)([\d.]+)( (?:min|h) )", re.M)
+
+
+def minutes_text(minutes: float, like: str) -> str:
+    """``minutes`` written with as many decimals as the text it replaces (``0.3`` -> one, ``50`` -> none)."""
+    decimals = len(like.split(".")[1]) if "." in like else 0
+    return f"{minutes:.{decimals}f}"
+
+
+def sync_times(text: str, minutes_of: Callable[[str], float | None], pattern: re.Pattern = TIME_ROW) -> str:
+    """Rewrite every time row in ``text`` to ``minutes_of(profile)`` (rows it returns None for stay)."""
+    def sub(m: re.Match) -> str:
+        minutes = minutes_of(m.group(2))
+        if minutes is None:
+            return m.group(0)
+        unit = m.group(4).strip()
+        value = minutes / 60 if unit == "h" else minutes
+        like = m.group(3) if unit != "h" else "0"
+        return m.group(1) + minutes_text(value, like) + m.group(4)
+    return pattern.sub(sub, text)
+
+
+def write_times() -> list[Path]:
+    """Notebook intros and the README's profile table, from the profiles' ``minutes`` (the measured ones on CPU)."""
+    import nbformat
+
+    from helpers.config import PROFILES
+
+    changed = []
+    for path in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        intro = nb.cells[0]
+        new = sync_times(intro.source, lambda p: PROFILES[p].minutes.get(path.stem))
+        if new != intro.source:
+            intro.source = new
+            nbformat.write(nb, path)
+            changed.append(path)
+    readme = ROOT / "README.md"
+    text = readme.read_text()
+    new = sync_times(text, lambda p: sum(PROFILES[p].minutes.values()), README_ROW)
+    if new != text:
+        readme.write_text(new)
+        changed.append(readme)
+    return changed
+
+
 def main() -> int:
     if "--write" in sys.argv:
         readme = ROOT / "README.md"
         text = replace_between(readme.read_text(), START, END, render())
         readme.write_text(replace_between(text, COLAB_START, COLAB_END, render_colab()))
+        for path in write_times():
+            print(f"updated {path.relative_to(ROOT)}")
     else:
         print(render() + "\n\n" + render_colab())
     return 0
