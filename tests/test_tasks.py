@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from helpers import tasks
-from helpers.config import get_profile, project_root
+from helpers.config import REPO_REF, get_profile, project_root
 from helpers.data import validate
 from helpers.tasks import (
     GSM8K_DIR_ENV,
@@ -200,7 +200,7 @@ def test_data_file_on_a_bare_install_fetches_once_or_says_what_to_do(tmp_path, m
     monkeypatch.setattr(urllib.request, "urlopen", fake_urlopen)
     path = data_file("custom_example.csv")
     assert path == tmp_path / "data" / "custom_example.csv" and path.read_text() == "question,answer\n"
-    assert urls == ["https://raw.githubusercontent.com/grpo-course/grpo-course/main/data/custom_example.csv"]
+    assert urls == [f"https://raw.githubusercontent.com/grpo-course/grpo-course/{REPO_REF}/data/custom_example.csv"]
     assert data_file("custom_example.csv") == path and len(urls) == 1  # cached
     assert not list(path.parent.glob("*.part"))
 
