@@ -41,3 +41,63 @@ def test_the_readme_colab_section_is_what_pip_answered():
     text = README.read_text()
     section = COLAB_START + text.split(COLAB_START, 1)[1].split(COLAB_END, 1)[0] + COLAB_END
     assert section == render_colab(), "README's Colab section is stale: run `python tools/measured.py --write`"
+
+
+# --------------------------------------------------------------------------- the instructor guide
+
+def _guide_section(start: str, end: str) -> str:
+    from tools.measured import INSTRUCTOR
+
+    text = INSTRUCTOR.read_text()
+    assert start in text and end in text, f"docs/instructor.md lost its {start} marker"
+    return start + text.split(start, 1)[1].split(end, 1)[0] + end
+
+
+def test_the_instructor_plan_and_room_line_are_what_the_benchmarks_printed():
+    from tools.measured import PLAN_END, PLAN_START, ROOM_END, ROOM_START, render_plan, render_room_line
+
+    assert _guide_section(PLAN_START, PLAN_END) == render_plan(), \
+        "docs/instructor.md's plan is stale: run `python tools/measured.py --write`"
+    assert _guide_section(ROOM_START, ROOM_END) == render_room_line(), \
+        "docs/instructor.md's room line is stale: run `python tools/measured.py --write`"
+
+
+def test_the_plan_fits_three_hours_and_each_slot_holds_its_notebook():
+    from tools.course import course_notebooks
+    from tools.measured import PLAN
+
+    assert sum(slot for _, slot, _ in PLAN) == 180
+    slots = {part: slot for part, slot, _ in PLAN}
+    measured = load("course")["course-demo"]["minutes"]
+    for notebook in (p.stem for p in course_notebooks()):
+        if notebook not in measured:  # a notebook the benchmarks have not timed yet is not in the workshop plan
+            continue
+        assert notebook in slots, f"{notebook} has no slot in the instructor's plan"
+        for profile, minutes in [("cpu-demo", measured[notebook]),
+                                 ("colab-t4", PROFILES["colab-t4"].minutes[notebook])]:
+            assert minutes <= slots[notebook], (
+                f"{notebook} takes {minutes:g} min on {profile}, more than its {slots[notebook]}-minute slot")
+
+
+def test_the_instructor_guide_quotes_only_times_the_profiles_and_plan_support():
+    """Outside its generated sections, every "N-minute" or "N min" in the guide is a profile's time
+    budget (or fallback) or a slot of the plan: a time nobody measured cannot creep in."""
+    import re
+
+    from tools.measured import INSTRUCTOR, PLAN, PLAN_END, PLAN_START, ROOM_END, ROOM_START
+
+    text = INSTRUCTOR.read_text()
+    for start, end in [(PLAN_START, PLAN_END), (ROOM_START, ROOM_END)]:
+        text = text.split(start, 1)[0] + text.split(end, 1)[1]
+    supported = {p.time_budget_minutes for p in PROFILES.values()} | {p.fallback_minutes for p in PROFILES.values()}
+    supported |= {slot for _, slot, _ in PLAN}
+    quotes = re.findall(r"(\d+(?:\.\d+)?)(?:-minute| ?min\b)", text)
+    assert quotes, "the guide quotes no time at all: has the check lost its pattern?"
+    for q in quotes:
+        assert float(q) in supported, f"docs/instructor.md quotes {q} minutes, which no profile or plan slot has"
+    for budget in re.findall(r"COURSE_TIME_BUDGET=(\d+)", text):
+        assert 0 < int(budget) < PROFILES["colab-t4"].time_budget_minutes, budget
+
+
+def test_the_readme_links_the_instructor_guide():
+    assert "(docs/instructor.md)" in README.read_text()

@@ -21,6 +21,21 @@ ROOT = Path(__file__).resolve().parents[1]
 MEASURED = ROOT / "bench" / "measured"
 START, END = "<!-- measured:start (tools/measured.py --write) -->", "<!-- measured:end -->"
 COLAB_START, COLAB_END = "<!-- colab:start (tools/measured.py --write) -->", "<!-- colab:end -->"
+PLAN_START, PLAN_END = "<!-- plan:start (tools/measured.py --write) -->", "<!-- plan:end -->"
+ROOM_START, ROOM_END = "<!-- roomline:start (tools/measured.py --write) -->", "<!-- roomline:end -->"
+INSTRUCTOR = ROOT / "docs" / "instructor.md"
+
+#: The instructor guide's three-hour plan: (part, minutes in the room, what it teaches). A notebook's
+#: slot must hold its run time on `cpu-demo` (measured) and `colab-t4` (estimated): tests/test_measured.py.
+PLAN: list[tuple[str, int, str]] = [
+    ("00_setup", 15, "profiles, what a T4 can do, versions against the pins, the room line"),
+    ("01_dataset_prep", 15, "`load_dataset`, `.map`, prompts as TRL renders them, the prefill, a clean split"),
+    ("02_reward_lab", 30, "rewards in TRL's convention, tested on hand-written completions; advantages; reward hacking"),
+    ("break", 10, "(start notebook 03's model loading before the break on Colab)"),
+    ("03_grpo_training", 70, "`SFTTrainer` warm-up, `GRPOConfig` knob by knob, `GRPOTrainer` and its live dashboard"),
+    ("04_merge_and_inference", 30, "base vs warm-up vs GRPO on held-out prompts, the completion log, `merge_and_unload`"),
+    ("wrap-up", 10, "questions, next steps (the recipe as `trl grpo` config), homework: 03 and 04's exercises"),
+]
 
 
 def load(name: str) -> dict:
@@ -34,7 +49,7 @@ def pct(x: float) -> str:
 def render() -> str:
     course, learning, overhead = load("course"), load("learning"), load("overhead")
     rewards, data, evals = load("rewards"), load("data_prep"), load("eval_throughput")
-    smoke, demo, test = course["course-smoke"], course["course-demo"], course["test"]
+    smoke, demo, test = course["course-smoke"], course["course-demo"], course.get("test")
     warm, after, before = learning["after_warmup"], learning["after"], learning["before"]
     fast = sorted(v["completions_per_s"] for k, v in rewards["throughput"].items() if k != "trl_accuracy_reward")
     lines = [
@@ -47,8 +62,11 @@ def render() -> str:
         f"| the course, `cpu-smoke` | {smoke['seconds']:.0f} s | every notebook, Hub offline |",
         f"| the course, `cpu-demo` | {demo['seconds']:.0f} s ({demo['seconds'] / 60:.1f} min) | notebook 03 trains "
         f"for its {learning['recipe']['time_budget_minutes']}-minute budget |",
-        f"| `make test` | {test['seconds']:.0f} s ({test['seconds'] / 60:.1f} min) | with the bundled model "
-        "already built |",
+    ]
+    if test:
+        lines.append(f"| `make test` | {test['seconds']:.0f} s ({test['seconds'] / 60:.1f} min) | with the bundled "
+                     "model already built |")
+    lines += [
         "",
         f"What the `cpu-demo` recipe learns ({after['n_prompts']} held-out two-number sums, greedy): the base "
         f"model answers {pct(before['accuracy'])} in the format; after the format-only warm-up "
@@ -89,6 +107,44 @@ def render_colab() -> str:
         f"it adds {added}.",
         COLAB_END,
     ])
+
+
+def render_plan() -> str:
+    """The instructor guide's plan table: slots, and each notebook's time from the benchmarks' JSON."""
+    from helpers.config import PROFILES
+
+    demo = load("course")["course-demo"]["minutes"]
+    t4 = PROFILES["colab-t4"].minutes
+    lines = [PLAN_START, "| when | part | what it teaches | `cpu-demo` (measured) | `colab-t4` (estimated) |",
+             "|---|---|---|---|---|"]
+    start = 0
+    for part, slot, teaches in PLAN:
+        when = f"{start // 60}:{start % 60:02d}-{(start + slot) // 60}:{(start + slot) % 60:02d}"
+        cpu = f"{demo[part]:g} min" if part in demo else ""
+        gpu = f"~{t4[part]:g} min" if part in t4 else ""
+        lines.append(f"| {when} | {part} | {teaches} | {cpu} | {gpu} |")
+        start += slot
+    lines += ["", f"In all: {start // 60} h {start % 60:02d} min in the room; the whole course runs in "
+                  f"{sum(demo.values()):g} min on `cpu-demo` and ~{sum(t4.values()):g} min on `colab-t4`.", PLAN_END]
+    return "\n".join(lines)
+
+
+def render_room_line() -> str:
+    """Notebook 00's room line for the project's own 2-core machine, at the step time bench/learning.py measured."""
+    from helpers.config import get_profile
+    from helpers.preflight import Hardware, preflight_warnings, room_line
+    from helpers.config import get_model_spec
+    from helpers.training import StepTiming
+
+    learning = load("learning")
+    profile = get_profile("cpu-demo", time_budget_minutes=learning["recipe"]["time_budget_minutes"])
+    #: the project's machines: 2 cores and 24 GB (the disk figure only has to clear the model's need)
+    hw = Hardware(False, None, None, None, learning["machine"]["cpus"], 24.0, 50.0, False, False)
+    step = learning["seconds_per_step"]
+    timing = StepTiming("cpu-demo", seconds=(step, step), max_steps=learning["recipe"]["max_steps"],
+                        budget_minutes=learning["recipe"]["time_budget_minutes"], warmup=True)
+    line = room_line(hw, profile, [], preflight_warnings(hw, profile, get_model_spec(profile.model)), timing)
+    return "\n".join([ROOM_START, "```", line, "```", ROOM_END])
 
 
 def replace_between(text: str, start: str, end: str, new: str) -> str:
@@ -150,10 +206,12 @@ def main() -> int:
         readme = ROOT / "README.md"
         text = replace_between(readme.read_text(), START, END, render())
         readme.write_text(replace_between(text, COLAB_START, COLAB_END, render_colab()))
+        guide = replace_between(INSTRUCTOR.read_text(), PLAN_START, PLAN_END, render_plan())
+        INSTRUCTOR.write_text(replace_between(guide, ROOM_START, ROOM_END, render_room_line()))
         for path in write_times():
             print(f"updated {path.relative_to(ROOT)}")
     else:
-        print(render() + "\n\n" + render_colab())
+        print("\n\n".join([render(), render_colab(), render_plan(), render_room_line()]))
     return 0
 
 
