@@ -37,7 +37,7 @@ test: setup contract-env
 	COURSE_PROFILE=cpu-smoke COURSE_CONTRACT_PYTHON=$(abspath $(CONTRACT_PY)) \
 	HF_HUB_OFFLINE=1 MPLBACKEND=Agg \
 	$(PY) -m pytest tests helpers notebooks -p no:cacheprovider --doctest-modules \
-	  --nbval-lax --current-env --nbval-cell-timeout=900
+	  --nbval-lax --current-env --nbval-cell-timeout=900 --durations=15
 
 # The unit tests alone (no notebooks, no contract environment needed for most).
 unit: setup

@@ -190,6 +190,24 @@ class GroupAdvantages:
                                  group_std=[self.group_std[i // g] for i in idx], advantage=self.advantages))
 
 
+def nanstd(values: Any, dim: int) -> Any:
+    """The Bessel-corrected standard deviation of a torch tensor along ``dim``, NaNs left out: the same
+    arithmetic as TRL's ``trl.trainer.utils.nanstd`` (tests/test_reward_lab.py compares them), without
+    importing TRL's trainers (and with them PEFT and bitsandbytes) into a notebook that only scores rewards.
+
+    Example:
+        >>> import torch
+        >>> nanstd(torch.tensor([[1.0, 3.0, float("nan")]]), dim=1).tolist()
+        [1.4142135381698608]
+    """
+    import torch
+
+    mean = torch.nanmean(values, dim=dim, keepdim=True)
+    count = torch.sum(~torch.isnan(values), dim=dim)
+    variance = torch.nanmean((values - mean) ** 2, dim=dim) * count / (count - 1)
+    return torch.sqrt(torch.where(count > 1, variance, torch.full_like(variance, float("nan"))))
+
+
 def group_advantages(rewards: Sequence[Any], group_size: int, scale: str = "group") -> GroupAdvantages:
     """Group-relative advantages as TRL 1.13's ``GRPOTrainer`` computes them from the totals.
 
@@ -206,7 +224,6 @@ def group_advantages(rewards: Sequence[Any], group_size: int, scale: str = "grou
         ([1.5, -0.5, -0.5, -0.5], [0.0, 0.0, 0.0, 0.0], 0.5)
     """
     import torch
-    from trl.trainer.utils import nanstd
 
     if scale not in ("group", "batch", "none"):
         raise ValueError(f"scale must be 'group', 'batch' or 'none' (TRL's scale_rewards), got {scale!r}.")
@@ -217,7 +234,7 @@ def group_advantages(rewards: Sequence[Any], group_size: int, scale: str = "grou
     grouped = totals.view(-1, group_size)
     mean = torch.nanmean(grouped, dim=1)
     std = nanstd(grouped, dim=1)
-    used = nanstd(totals).expand_as(totals) if scale == "batch" else std.repeat_interleave(group_size)
+    used = nanstd(totals.view(1, -1), dim=1).expand_as(totals) if scale == "batch" else std.repeat_interleave(group_size)
     adv = totals - mean.repeat_interleave(group_size)
     if scale != "none":
         adv = adv / (used + 1e-4)

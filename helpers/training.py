@@ -143,7 +143,23 @@ def grpo_config(profile: Profile, run: str | Path, reward_weights: list[float],
 
     if capability is None and profile.backend == "unsloth":
         capability = gpu_capability()
-    kwargs: dict[str, Any] = dict(
+    config = GRPOConfig(**{**grpo_kwargs(profile, run, reward_weights, capability), **overrides})
+    check_config(config, profile, capability=capability)
+    return config
+
+
+def grpo_kwargs(profile: Profile, run: str | Path, reward_weights: list[float],
+                capability: tuple[int, int] | None = None) -> dict[str, Any]:
+    """The keyword arguments :func:`grpo_config` gives ``GRPOConfig``: every value notebook 03 sets, as a dict
+    (``helpers.recipe`` writes them into a ``trl grpo`` YAML). Imports nothing heavy.
+
+    Example:
+        >>> from helpers.config import get_profile
+        >>> k = grpo_kwargs(get_profile("cpu-smoke"), "/tmp/run", [1.0])
+        >>> k["num_generations"], k["loss_type"], k["use_cpu"]
+        (2, 'dapo', True)
+    """
+    return dict(
         output_dir=str(Path(run) / GRPO_DIR),
         num_generations=profile.num_generations,
         per_device_train_batch_size=profile.per_device_train_batch_size,
@@ -179,9 +195,6 @@ def grpo_config(profile: Profile, run: str | Path, reward_weights: list[float],
         vllm_gpu_memory_utilization=profile.gpu_memory_utilization,
         **precision(profile, capability),
     )
-    config = GRPOConfig(**{**kwargs, **overrides})
-    check_config(config, profile, capability=capability)
-    return config
 
 
 def warmup_dataset(profile: Profile, tokenizer: Any) -> Any:
@@ -213,10 +226,28 @@ def warmup_dataset(profile: Profile, tokenizer: Any) -> Any:
     return Dataset.from_list(rows)
 
 
+def sft_kwargs(profile: Profile, run: str | Path, capability: tuple[int, int] | None = None) -> dict[str, Any]:
+    """The keyword arguments of the warm-up's ``SFTConfig`` (:func:`run_warmup`), as a dict.
+
+    Example:
+        >>> from helpers.config import get_profile
+        >>> k = sft_kwargs(get_profile("cpu-smoke"), "/tmp/run")
+        >>> k["num_train_epochs"], k["completion_only_loss"], k["output_dir"]
+        (1, True, '/tmp/run/warmup-adapter')
+    """
+    bits = precision(profile, capability)
+    return dict(output_dir=str(Path(run) / WARMUP_ADAPTER_DIR), num_train_epochs=profile.warmup_epochs,
+                learning_rate=profile.warmup_learning_rate, lr_scheduler_type="constant",
+                per_device_train_batch_size=profile.warmup_batch_size, completion_only_loss=True,
+                logging_steps=1, save_strategy="no", report_to="none", disable_tqdm=True,
+                seed=profile.seed, use_cpu=profile.backend != "unsloth", bf16=bits["bf16"], fp16=bits["fp16"])
+
+
 def run_warmup(model: Any, tokenizer: Any, profile: Profile, run: str | Path,
-               capability: tuple[int, int] | None = None) -> dict[str, Any]:
-    """Notebook 03's warm-up cells: ``SFTConfig`` + ``SFTTrainer`` on :func:`warmup_dataset`, then
-    the adapter saved to ``RUN/warmup-adapter`` (notebook 04 evaluates it). Returns a summary."""
+               capability: tuple[int, int] | None = None, dataset: Any = None) -> dict[str, Any]:
+    """Notebook 03's warm-up cells: ``SFTConfig`` + ``SFTTrainer`` on :func:`warmup_dataset` (or on
+    ``dataset``, prompt-completion rows of another task), then the adapter saved to
+    ``RUN/warmup-adapter`` (notebook 04 evaluates it). Returns a summary."""
     from .models import import_unsloth, prepare_tokenizer
 
     import_unsloth(profile)
@@ -226,22 +257,17 @@ def run_warmup(model: Any, tokenizer: Any, profile: Profile, run: str | Path,
 
     if capability is None and profile.backend == "unsloth":
         capability = gpu_capability()
-    bits = precision(profile, capability)
-    config = SFTConfig(output_dir=str(Path(run) / WARMUP_ADAPTER_DIR), num_train_epochs=profile.warmup_epochs,
-                       learning_rate=profile.warmup_learning_rate, lr_scheduler_type="constant",
-                       per_device_train_batch_size=profile.warmup_batch_size, completion_only_loss=True,
-                       logging_steps=1, save_strategy="no", report_to="none", disable_tqdm=True,
-                       seed=profile.seed, use_cpu=profile.backend != "unsloth", bf16=bits["bf16"], fp16=bits["fp16"])
+    config = SFTConfig(**sft_kwargs(profile, run, capability))
     start = time.time()
-    trainer = SFTTrainer(model=model, args=config, train_dataset=warmup_dataset(profile, tokenizer),
-                         processing_class=tokenizer)
+    rows = warmup_dataset(profile, tokenizer) if dataset is None else dataset
+    trainer = SFTTrainer(model=model, args=config, train_dataset=rows, processing_class=tokenizer)
     trainer.remove_callback(PrinterCallback)
     out = trainer.train()
     prepare_tokenizer(tokenizer, model)
     model.save_pretrained(str(Path(run) / WARMUP_ADAPTER_DIR))
     tokenizer.save_pretrained(str(Path(run) / WARMUP_ADAPTER_DIR))
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
-    return {"examples": profile.warmup_examples, "steps": int(out.global_step),
+    return {"examples": len(rows), "steps": int(out.global_step),
             "seconds": round(time.time() - start, 1), "final_loss": losses[-1] if losses else None}
 
 
@@ -264,14 +290,16 @@ def last_checkpoint(run: str | Path) -> str | None:
 
 def train_grpo(profile: Profile, run: str | Path, model: Any = None, tokenizer: Any = None,
                rewards: list | None = None, resume: bool = True, warmup: bool | None = None,
-               budget_start: float | None = None, live: bool | None = False) -> dict[str, Any]:
+               budget_start: float | None = None, live: bool | None = False,
+               dataset: Any = None) -> dict[str, Any]:
     """Notebook 03 in one call: model, dataset, warm-up, ``GRPOConfig``, ``GRPOTrainer``, train, save.
 
     Resumes from ``RUN/grpo``'s last checkpoint when ``resume`` (the warm-up,
     already inside that checkpoint, is then skipped). The profile's time budget
     counts from ``budget_start`` (default: now). Returns
     ``{"trainer", "model", "tokenizer", "summary"}`` and writes ``RUN/adapter``,
-    ``train_config.json`` and ``run.json``.
+    ``train_config.json`` and ``run.json``. ``dataset`` (a ``DatasetDict`` with ``train``) replaces
+    the profile's prepared arithmetic/GSM8K rows: another task (notebook 05), with its ``rewards``.
     """
     from .models import import_unsloth, load_model
 
@@ -293,7 +321,8 @@ def train_grpo(profile: Profile, run: str | Path, model: Any = None, tokenizer: 
     warm = None
     if (profile.warmup_examples > 0 if warmup is None else warmup) and checkpoint is None:
         warm = run_warmup(model, tokenizer, profile, run)
-    dataset = ensure_prepared(profile, run, tokenizer=tokenizer, verbose=False)
+    if dataset is None:
+        dataset = ensure_prepared(profile, run, tokenizer=tokenizer, verbose=False)
     callbacks = [DashboardCallback(run, live=live), RunLogCallback(run)]
     if profile.time_budget_minutes:
         callbacks.append(TimeBudgetCallback(profile.time_budget_minutes, start=start))

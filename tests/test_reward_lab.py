@@ -243,3 +243,19 @@ def test_totals_and_advantages_match_trls_own_grpo_trainer(tmp_path):
         assert metrics["rewards/b_reward/mean"][-1] == pytest.approx(2.0 / 9)  # logged by __name__, None skipped
     assert math.isnan(totals[9]) and all(math.isnan(t) for t in totals[12:])  # unscorable rows
     assert isinstance(mine, GroupAdvantages) and mine.frac_zero_std == 0.25  # one group of four all equal
+
+
+def test_nanstd_is_trls_arithmetic():
+    import torch
+    from trl.trainer.utils import nanstd as trl_nanstd
+
+    from helpers.reward_lab import nanstd
+
+    gen = torch.Generator().manual_seed(0)
+    values = torch.randn(5, 6, generator=gen)
+    values[0, :5] = float("nan")          # one value left: std undefined (NaN) in both
+    values[1, 2] = float("nan")
+    values[3] = 2.0                       # all equal: std 0
+    ours, theirs = nanstd(values, dim=1), trl_nanstd(values, dim=1)
+    assert torch.equal(torch.isnan(ours), torch.isnan(theirs)) and torch.isnan(ours[0])
+    assert torch.allclose(ours.nan_to_num(), theirs.nan_to_num(), atol=1e-6) and ours[3] == 0
