@@ -236,8 +236,8 @@ PROFILES: dict[str, Profile] = {
             max_seq_length=512,
             eval_prompts=16,
             # measured: `make course` on a quiet 2-core machine (bench/course.py)
-            minutes={"00_setup": 0.1, "01_dataset_prep": 0.1, "02_reward_lab": 0.2,
-                     "03_grpo_training": 0.4, "04_merge_and_inference": 0.5},
+            minutes={"00_setup": 0.4, "01_dataset_prep": 0.1, "02_reward_lab": 0.2,
+                     "03_grpo_training": 0.6, "04_merge_and_inference": 0.6, "05_your_own_task": 0.8},
             **_LORA_CPU,
         ),
         Profile(
@@ -265,8 +265,8 @@ PROFILES: dict[str, Profile] = {
             save_steps=10,
             max_seq_length=512,
             # measured: `make course` on a quiet 2-core machine (bench/course.py)
-            minutes={"00_setup": 0.1, "01_dataset_prep": 0.1, "02_reward_lab": 0.3,
-                     "03_grpo_training": 10.4, "04_merge_and_inference": 1.5},
+            minutes={"00_setup": 0.7, "01_dataset_prep": 0.1, "02_reward_lab": 0.3,
+                     "03_grpo_training": 10.6, "04_merge_and_inference": 2.1, "05_your_own_task": 12.5},
             **_LORA_CPU,
         ),
         Profile(
@@ -299,7 +299,7 @@ PROFILES: dict[str, Profile] = {
             eval_prompts=200,
             # estimated: the install, a model download, the 45-minute training budget (not measured: no GPU here)
             minutes={"00_setup": 5.0, "01_dataset_prep": 1.0, "02_reward_lab": 3.0,
-                     "03_grpo_training": 50.0, "04_merge_and_inference": 15.0},
+                     "03_grpo_training": 50.0, "04_merge_and_inference": 15.0, "05_your_own_task": 55.0},
             **_GPU_RECIPE,
         ),
         Profile(
@@ -332,7 +332,7 @@ PROFILES: dict[str, Profile] = {
             eval_prompts=500,
             # estimated: the install, a model download, the 60-minute training budget (not measured: no GPU here)
             minutes={"00_setup": 5.0, "01_dataset_prep": 1.0, "02_reward_lab": 3.0,
-                     "03_grpo_training": 65.0, "04_merge_and_inference": 10.0},
+                     "03_grpo_training": 65.0, "04_merge_and_inference": 10.0, "05_your_own_task": 70.0},
             **_GPU_RECIPE,
         ),
     ]

@@ -140,6 +140,10 @@ TAUGHT = {
     "04_merge_and_inference": {"PeftModel.from_pretrained", "model.load_adapter", "merge_and_unload",
                                "model.save_pretrained_merged", "AutoModelForCausalLM.from_pretrained",
                                "model.save_pretrained_gguf", "get_token", "model.push_to_hub_merged"},
+    "05_your_own_task": {"FastLanguageModel.from_pretrained", "FastLanguageModel.get_peft_model",
+                         "AutoModelForCausalLM.from_pretrained", "LoraConfig", "get_peft_model", "SFTConfig",
+                         "SFTTrainer", "sft.train", "GRPOConfig", "GRPOTrainer", "trainer.train", "trainer.save_model",
+                         "Draft202012Validator"},
 }
 
 

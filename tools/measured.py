@@ -36,6 +36,8 @@ PLAN: list[tuple[str, int, str]] = [
     ("04_merge_and_inference", 30, "base vs warm-up vs GRPO on held-out prompts, the completion log, `merge_and_unload`"),
     ("wrap-up", 10, "questions, next steps (the recipe as `trl grpo` config), homework: 03 and 04's exercises"),
 ]
+#: Notebooks for after the workshop (too long for its slots): the guide lists them with their times.
+AFTER = ["05_your_own_task"]
 
 
 def load(name: str) -> dict:
@@ -60,8 +62,8 @@ def render() -> str:
         "| what | wall time | notes |",
         "|---|---|---|",
         f"| the course, `cpu-smoke` | {smoke['seconds']:.0f} s | every notebook, Hub offline |",
-        f"| the course, `cpu-demo` | {demo['seconds']:.0f} s ({demo['seconds'] / 60:.1f} min) | notebook 03 trains "
-        f"for its {learning['recipe']['time_budget_minutes']}-minute budget |",
+        f"| the course, `cpu-demo` | {demo['seconds']:.0f} s ({demo['seconds'] / 60:.1f} min) | notebooks 03 and 05 "
+        f"each train for the {learning['recipe']['time_budget_minutes']}-minute budget |",
     ]
     if test:
         lines.append(f"| `make test` | {test['seconds']:.0f} s ({test['seconds'] / 60:.1f} min) | with the bundled "
@@ -75,6 +77,15 @@ def render() -> str:
         f"(`bench/learning.py`, {learning['steps']} GRPO steps, {learning['train_seconds']:.0f} s of training): "
         f"GRPO's own gain is {100 * learning['grpo_gain']:+.1f} points.",
     ]
+    if (MEASURED / "learning_json.json").is_file():
+        js = load("learning_json")
+        w, a, b = js["after_warmup"], js["after"], js["before"]
+        lines += ["", f"Notebook 05's JSON task on `cpu-demo` ({a['n_prompts']} held-out orders, greedy; "
+                      f"`bench/learning_json.py`, {js['steps']} GRPO steps in {js['train_seconds']:.0f} s of training): "
+                      f"schema-valid {pct(b['schema_valid_rate'])} (base) → {pct(w['schema_valid_rate'])} (warm-up) → "
+                      f"{pct(a['schema_valid_rate'])} (GRPO); exact match {pct(b['exact_match_rate'])} → "
+                      f"{pct(w['exact_match_rate'])} → {pct(a['exact_match_rate'])}: GRPO's own gain is "
+                      f"{100 * js['grpo_gain_exact_match']:+.1f} points."]
     if demo.get("eval"):
         sides = ", ".join(f"{side} {pct(s['accuracy'])}" for side, s in demo["eval"].items())
         lines += ["", f"In the `cpu-demo` course run above, notebook 04 measured accuracy {sides} "
@@ -124,8 +135,15 @@ def render_plan() -> str:
         gpu = f"~{t4[part]:g} min" if part in t4 else ""
         lines.append(f"| {when} | {part} | {teaches} | {cpu} | {gpu} |")
         start += slot
-    lines += ["", f"In all: {start // 60} h {start % 60:02d} min in the room; the whole course runs in "
-                  f"{sum(demo.values()):g} min on `cpu-demo` and ~{sum(t4.values()):g} min on `colab-t4`.", PLAN_END]
+    workshop = [part for part, _, _ in PLAN]
+    lines += ["", f"In all: {start // 60} h {start % 60:02d} min in the room; those notebooks run in "
+                  f"{sum(demo[p] for p in workshop if p in demo):g} min on `cpu-demo` and "
+                  f"~{sum(t4[p] for p in workshop if p in t4):g} min on `colab-t4`."]
+    for part in AFTER:
+        if part in demo and part in t4:
+            lines.append(f"After the workshop, as homework: {part} ({demo[part]:g} min on `cpu-demo`, "
+                         f"~{t4[part]:g} min on `colab-t4`).")
+    lines.append(PLAN_END)
     return "\n".join(lines)
 
 
