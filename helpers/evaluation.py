@@ -170,7 +170,18 @@ def comparison_table(results: dict[str, Any]) -> Any:
     rewards = sorted({name for s in sides.values() for name in s.get("rewards", {})})
     table = pd.DataFrame({side: [s.get(k) for k in metrics] + [s.get("rewards", {}).get(r) for r in rewards]
                           for side, s in sides.items()}, index=metrics + [f"reward: {r}" for r in rewards])
-    names = list(sides)
+    return with_gains(table)
+
+
+def with_gains(table: Any) -> Any:
+    """Add a ``gain: <side>`` column per side after the first: its values minus the previous side's.
+
+    Example:
+        >>> import pandas as pd
+        >>> with_gains(pd.DataFrame({"base": [0.5], "after": [0.75]}))["gain: after"].tolist()
+        [0.25]
+    """
+    names = list(table.columns)
     for before, after in zip(names, names[1:]):
         table[f"gain: {after}"] = [None if b is None or a is None else round(float(a) - float(b), 4)
                                    for b, a in zip(table[before], table[after])]

@@ -20,6 +20,7 @@ import contextlib
 import time
 from typing import Any, Callable, Sequence
 
+from .evaluation import with_gains
 from .json_rewards import as_object, field_accuracy, find_json_object, is_exact_match, same_value, schema_errors
 
 #: The rates every side reports (fractions of completions).
@@ -132,8 +133,4 @@ def json_comparison(results: dict[str, Any]) -> Any:
     fields = list(dict.fromkeys(f for s in sides.values() for f in s.get("fields", {})))
     table = pd.DataFrame({side: [s.get(m) for m in metrics] + [s.get("fields", {}).get(f) for f in fields]
                           for side, s in sides.items()}, index=metrics + [f"field: {f}" for f in fields])
-    names = list(sides)
-    for before, after in zip(names, names[1:]):
-        table[f"gain: {after}"] = [None if b is None or a is None else round(float(a) - float(b), 4)
-                                   for b, a in zip(table[before], table[after])]
-    return table
+    return with_gains(table)
