@@ -34,10 +34,6 @@ import tempfile
 import time
 from pathlib import Path
 
-# Python puts this script's folder first on sys.path, where a benchmark file named like a library
-# (say bench/multiprocess.py: datasets imports `multiprocess`) would shadow it. Libraries come first.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-
 
 def _value(text: str):
     try:
