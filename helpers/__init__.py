@@ -1,9 +1,6 @@
-"""Helpers for the GRPO course notebooks.
+"""Helpers for the GRPO course notebooks: one module per concern; importing the package does no work.
 
-One module per concern; importing this package does no work and loads no
-heavy library. Import what you need, e.g.::
-
-    from helpers.config import get_profile
+    from helpers.profiles import get_profile
     from helpers.models import load_model
 """
 

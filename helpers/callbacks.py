@@ -1,18 +1,9 @@
 """Trainer callbacks for a GRPO run: the live dashboard, the time budget, the run log.
 
-Pass them to ``GRPOTrainer(callbacks=[...])``; they only read what TRL logs
-(``state.log_history``), so they work the same on TRL's trainer and on the one
-Unsloth patches.
-
-* :class:`DashboardCallback` redraws the training curves in a notebook every
-  few steps (headless: one progress line per step) and saves
-  ``figures/dashboard.png``.
-* :class:`TimeBudgetCallback` stops training cleanly before the next step
-  would overrun a budget in minutes, saving a checkpoint there.
-* :class:`RunLogCallback` keeps ``metrics.jsonl`` in the run folder equal to
-  the trainer's log history: rewritten at every save and at the end, so a
-  resumed run (whose history comes back from the checkpoint) neither repeats
-  nor loses a step.
+Pass them to ``GRPOTrainer(callbacks=[...])``. They only read what TRL logs (``state.log_history``), so
+they work the same on TRL's trainer and on the one Unsloth patches. :class:`RunLogCallback` rewrites
+``metrics.jsonl`` from the log history at every save and at the end, so a resumed run (whose history
+comes back from the checkpoint) neither repeats nor loses a step.
 
 Example:
     >>> cb = TimeBudgetCallback(minutes=10)
@@ -22,14 +13,15 @@ Example:
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 from transformers import TrainerCallback
+
+from .plots import dashboard_figure
+from .runs import write_jsonl
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -78,8 +70,6 @@ class DashboardCallback(TrainerCallback):
         self._since_draw = 0
 
     def figure(self, state: Any) -> Any:
-        from .plots import dashboard_figure
-
         return dashboard_figure(step_logs(state.log_history))
 
     def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: D102
@@ -164,11 +154,7 @@ class RunLogCallback(TrainerCallback):
 
     def write(self, state: Any) -> Path:
         """Rewrite the file from ``state.log_history`` (atomically)."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text("".join(json.dumps(row, default=str) + "\n" for row in step_logs(state.log_history)))
-        os.replace(tmp, self.path)
-        return self.path
+        return write_jsonl(self.path, step_logs(state.log_history))
 
     def on_save(self, args, state, control, **kwargs):  # noqa: D102
         self.write(state)

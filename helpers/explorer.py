@@ -1,17 +1,10 @@
 """Reading what the model wrote during training, from TRL's own completion log.
 
-With ``GRPOConfig(log_completions=True)`` TRL 1.13 writes, at every logging
-step, ``<output_dir>/completions/completions_<step>.parquet``: the step, the
-prompt as the model saw it (decoded), the completion, one column per reward
-function, the advantage, and the extra columns rewards logged
-(``correctness_reward`` logs ``answer`` and ``extracted``). A resumed run
-rewrites the files of the steps it repeats, so the folder always holds one
-file per step.
-
-Example:
-    df = load_completions(RUN / "grpo")
-    step_summary(df).columns[:3].tolist()
-    # -> ['step', 'completions', 'reward']
+With ``GRPOConfig(log_completions=True)`` TRL 1.13 writes, at every logging step,
+``<output_dir>/completions/completions_<step>.parquet``: the step, the prompt (decoded with
+``skip_special_tokens=True``, so the chat template's markers are gone), the completion, one column per
+reward, the advantage, and the extra columns rewards logged through ``log_extra``. A resumed run rewrites
+the files of the steps it repeats, so the folder holds one file per step.
 """
 
 from __future__ import annotations
@@ -76,11 +69,7 @@ def step_summary(df: Any) -> Any:
 
 
 def early_vs_late(df: Any, steps: int = 1, max_chars: int = 160) -> Any:
-    """The first ``steps`` steps against the last ones: mean reward and the best completion of each.
-
-    Example:
-        early_vs_late(df, steps=2)
-    """
+    """The first ``steps`` steps against the last ones: mean reward and the best completion of each."""
     import pandas as pd
 
     all_steps = sorted(df["step"].unique())

@@ -1,15 +1,12 @@
-"""Sampling completions, with the same prompt tokens TRL trains on.
+"""Sampling completions from the same prompt tokens TRL trains on.
 
 :func:`generate` encodes prompts with :func:`helpers.prompts.encode` (TRL's own
-``apply_chat_template(..., add_generation_prompt=True)`` call), so what the
-evaluation, the reward lab and the chat sample from is what GRPO trained on,
-prefill included. The completions hold only the new text, as TRL's do.
+``apply_chat_template(..., add_generation_prompt=True)`` call), so what the evaluation, the reward lab and
+the chat sample from is what GRPO trained on, prefill included. Completions hold only the new text.
 
 Example:
-    outs = generate(model, tok, [build_prompt("What is 2 + 2?")],
-                    SamplingSettings(max_new_tokens=8))
-    len(outs), len(outs[0])
-    # -> (1, 1)
+    >>> SamplingSettings(max_new_tokens=32).temperature
+    0.0
 """
 
 from __future__ import annotations
@@ -18,17 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from .prompts import SYSTEM_PROMPT, build_prompt, encode, installed_prefill
+from .prompts import build_prompt, encode, installed_prefill, supports_system_role, text_tokenizer
 
 
 @dataclass(frozen=True)
 class SamplingSettings:
-    """Sampling settings shared by every backend. ``temperature=0`` means greedy.
-
-    Example:
-        >>> SamplingSettings(max_new_tokens=32).temperature
-        0.0
-    """
+    """Sampling settings shared by every backend; ``temperature=0`` means greedy."""
 
     max_new_tokens: int = 64
     temperature: float = 0.0
@@ -42,33 +34,23 @@ def generate(model: Any, tokenizer: Any, prompts: Sequence[Any], settings: Sampl
              chat_template_kwargs: dict | None = None) -> list[list[str]]:
     """``settings.num_return_sequences`` completions for each prompt (special tokens removed).
 
-    Backends, chosen from ``model``:
-
-    * an Unsloth model loaded with ``fast_inference=True`` (it has a
-      ``vllm_engine``): ``model.fast_generate`` with the LoRA request of
-      ``adapter``. Unsloth's engine holds the *base* weights: without a LoRA
-      request it samples the base model;
-    * a ``vllm.LLM``: ``llm.generate`` with a ``LoRARequest`` for ``adapter``;
-    * anything else: transformers ``model.generate`` in batches (a PEFT model
-      carries its active adapter; ``adapter`` is ignored).
-    """
+    An Unsloth model with a vLLM engine samples with ``model.fast_generate`` and the LoRA request of
+    ``adapter`` (the engine holds the *base* weights: without one it samples the base model); a
+    ``vllm.LLM`` with a ``LoRARequest``; anything else with transformers' ``generate`` in batches (a PEFT
+    model carries its active adapter; ``adapter`` is then ignored)."""
     ids = encode(tokenizer, prompts, **(chat_template_kwargs or {}))
     if getattr(model, "vllm_engine", None) is not None or type(model).__module__.startswith("vllm"):
         return _generate_vllm(model, ids, settings, adapter)
     import torch
 
-    tok = getattr(tokenizer, "tokenizer", tokenizer)
-    n = settings.num_return_sequences
-    sample = settings.temperature > 0
+    tok, n, sample = text_tokenizer(tokenizer), settings.num_return_sequences, settings.temperature > 0
     kwargs: dict[str, Any] = dict(max_new_tokens=settings.max_new_tokens, do_sample=sample, num_return_sequences=n,
                                   pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
-    if sample:
-        kwargs.update(temperature=settings.temperature, top_p=settings.top_p, top_k=0)
-    else:  # greedy: unset the model's default sampling knobs, or transformers warns
-        kwargs.update(temperature=None, top_p=None, top_k=None)
-    was_training = model.training
+    # greedy: unset the model's default sampling knobs, or transformers warns
+    kwargs.update(dict(temperature=settings.temperature, top_p=settings.top_p, top_k=0) if sample else
+                  dict(temperature=None, top_p=None, top_k=None))
+    was_training, results = model.training, []
     model.eval()
-    results: list[list[str]] = []
     try:
         for start in range(0, len(ids), batch_size):
             batch = ids[start:start + batch_size]
@@ -109,21 +91,13 @@ def _generate_vllm(model: Any, ids: list[list[int]], settings: SamplingSettings,
 
 
 def transcript(model: Any, tokenizer: Any, questions: Sequence[str], settings: SamplingSettings,
-               adapter: str | Path | None = None, chat_template_kwargs: dict | None = None,
-               system_prompt: str | None = SYSTEM_PROMPT) -> list[dict[str, str]]:
-    """Ask each question in a fresh conversation (what the model was trained on); return the messages.
-
-    The answers include the template's prefill, as the model "wrote" it.
-
-    Example:
-        for m in transcript(model, tok, ["What is 7 + 5?"], SamplingSettings()):
-            print(m["role"], m["content"])
-    """
-    from .prompts import supports_system_role
-
+               system_prompt: str | None = None, adapter: str | Path | None = None,
+               chat_template_kwargs: dict | None = None) -> list[dict[str, str]]:
+    """Ask each question in a fresh conversation (what the model was trained on); the messages, each answer
+    starting with the template's prefill, as the model "wrote" it."""
     role = supports_system_role(tokenizer)
-    prompts = [build_prompt(q, system_prompt, role) for q in questions]
-    answers = generate(model, tokenizer, prompts, settings, adapter=adapter, chat_template_kwargs=chat_template_kwargs)
+    answers = generate(model, tokenizer, [build_prompt(q, system_prompt, role) for q in questions], settings,
+                       adapter=adapter, chat_template_kwargs=chat_template_kwargs)
     prefill = installed_prefill(tokenizer)
-    return [m for q, a in zip(questions, answers) for m in
-            ({"role": "user", "content": q}, {"role": "assistant", "content": prefill + a[0]})]
+    return [m for q, a in zip(questions, answers)
+            for m in ({"role": "user", "content": q}, {"role": "assistant", "content": prefill + a[0]})]

@@ -6,7 +6,7 @@ on a CPU, Unsloth's ``model.save_pretrained_merged(..., save_method="merged_16bi
 on a GPU. This module holds the checks around them.
 
 Example:
-    >>> from helpers.config import get_profile
+    >>> from helpers.profiles import get_profile
     >>> round(merged_size_bytes(get_profile("cpu-smoke"), "float32") / 1e6)
     567
 """
@@ -14,36 +14,28 @@ Example:
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
+
+from .generation import SamplingSettings, generate
+from .profiles import get_model_spec
+from .runs import atomic_folder
 
 #: Bytes per weight of each dtype a merge can write.
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 
 def merged_size_bytes(profile: Any, dtype: str) -> int:
-    """Bytes a merged copy of the profile's model takes on disk (weights + 5%).
-
-    Example:
-        >>> from helpers.config import get_profile
-        >>> merged_size_bytes(get_profile("colab-t4"), "bfloat16") > 3e9
-        True
-    """
-    from .config import get_model_spec
-
+    """Bytes a merged copy of the profile's model takes on disk (weights + 5%)."""
     if dtype not in DTYPE_BYTES:
         raise ValueError(f"dtype={dtype!r}: choose one of {sorted(DTYPE_BYTES)}.")
     return int(get_model_spec(profile.model).params_b * 1e9 * DTYPE_BYTES[dtype] * 1.05)
 
 
 def saved_dtype(model_dir: str | Path) -> str | None:
-    """The dtype a saved model folder declares in its ``config.json`` (what was really written).
-
-    Example:
-        saved_dtype(RUN / "merged")
-        # -> 'float32'
-    """
+    """The dtype a saved model folder declares in its ``config.json`` (what was really written)."""
     try:
         config = json.loads((Path(model_dir) / "config.json").read_text())
     except (OSError, ValueError):
@@ -59,17 +51,7 @@ def collect_gguf(save_directory: str | Path, out_dir: str | Path, overwrite: boo
     ``save_directory + "_gguf"`` (``_gguf_output_directory`` in ``unsloth/save.py``, checked by a
     contract test). Both work folders are removed once the files are in place; an existing
     ``out_dir`` is kept unless ``overwrite``.
-
-    Example::
-
-        model.save_pretrained_gguf(str(RUN / "gguf-export"), tokenizer, quantization_method="q4_k_m")
-        collect_gguf(RUN / "gguf-export", RUN / "gguf")
-        # -> [PosixPath('.../gguf/model-Q4_K_M.gguf')]
     """
-    import shutil
-
-    from .runs import atomic_folder
-
     work = Path(save_directory)
     sibling = Path(f"{work}_gguf")
     files = sorted(sibling.glob("*.gguf")) or sorted(work.glob("*.gguf"))
@@ -124,14 +106,7 @@ def verify_merged(adapter_model: Any, merged_model: Any, tokenizer: Any, prompts
     base (a 4-bit base rounds differently and diverges after some tokens even
     when the merge is right). Then greedy decoding gives the same text.
     ``adapter`` is the LoRA request on a vLLM engine.
-
-    Example:
-        report = verify_merged(model, merged, tok, prompts[:4])
-        report.all_match
-        # -> True
     """
-    from .generation import SamplingSettings, generate
-
     settings = SamplingSettings(max_new_tokens=max_new_tokens, temperature=0.0)
     return VerifyReport([o[0] for o in generate(adapter_model, tokenizer, prompts, settings, adapter=adapter)],
                         [o[0] for o in generate(merged_model, tokenizer, prompts, settings)])

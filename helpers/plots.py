@@ -25,14 +25,10 @@ def _figure(*size: float) -> Any:
 
 
 def smooth(values: Sequence[float], window: int = 5) -> list[float]:
-    """Trailing moving average (the first points average what exists so far).
+    """Trailing moving average (pandas' ``rolling``; the first points average what exists so far)."""
+    import pandas as pd
 
-    Example:
-        >>> smooth([0, 2, 4], window=2)
-        [0.0, 1.0, 3.0]
-    """
-    return [sum(values[max(0, i - window + 1):i + 1]) / len(values[max(0, i - window + 1):i + 1])
-            for i in range(len(values))]
+    return pd.Series(list(values), dtype=float).rolling(window, min_periods=1).mean().tolist()
 
 
 def dashboard_figure(records: Sequence[dict[str, Any]], window: int = 5) -> Any:
@@ -80,15 +76,15 @@ def dashboard_figure(records: Sequence[dict[str, Any]], window: int = 5) -> Any:
 
 def token_lengths_figure(lengths: Sequence[int], budget: int | None = None, title: str = "Prompt tokens") -> Any:
     """Histogram of prompt lengths, the median and p99 marked, and the budget with how many are over it."""
-    from .data import length_stats
+    import pandas as pd
 
     fig = _figure(7, 3.2)
     ax = fig.subplots()
     ax.hist(list(lengths), bins=min(50, max(5, len(set(lengths)))), color="#4c72b0")
-    stats = length_stats(lengths)
-    for key, style in (("p50", ":"), ("p99", "--")):
-        if stats["n"]:
-            ax.axvline(stats[key], color="gray", linestyle=style, label=f"{key} = {stats[key]:g}")
+    for q, style in ((50, ":"), (99, "--")):
+        if len(lengths):
+            value = round(float(pd.Series(list(lengths)).quantile(q / 100)), 1)
+            ax.axvline(value, color="gray", linestyle=style, label=f"p{q} = {value:g}")
     if budget is not None:
         over = sum(1 for n in lengths if n > budget)
         ax.axvline(budget, color="#c44e52", lw=2, label=f"budget {budget} ({over} over)")
@@ -99,8 +95,7 @@ def token_lengths_figure(lengths: Sequence[int], budget: int | None = None, titl
 
 
 def reward_spread_figure(table: Any, title: str | None = None) -> Any:
-    """One histogram per reward column of a :func:`helpers.reward_lab.score_table`, the total last
-    (``None`` scores left out and counted in the panel title)."""
+    """One histogram per reward column of a :func:`helpers.reward_lab.score_table`, the total last."""
     columns = [c for c in table.columns if c != "completion" and str(table[c].dtype).startswith("float")]
     fig = _figure(3.0 * len(columns), 2.6)
     axes = fig.subplots(1, len(columns), squeeze=False)[0]
@@ -119,11 +114,10 @@ def reward_spread_figure(table: Any, title: str | None = None) -> Any:
     return fig
 
 
-def evaluation_figure(table: Any, n_prompts: int | None = None) -> Any:
-    """Accuracy, format rate and correct rate for every side of a
-    :func:`helpers.evaluation.comparison_table`, and the mean lengths."""
+def evaluation_figure(table: Any, metrics: Sequence[str], n_prompts: int | None = None) -> Any:
+    """The ``metrics`` (rates) of every side of a :func:`helpers.evaluation.comparison_table`, and the mean lengths."""
     sides = [c for c in table.columns if not str(c).startswith("gain")]
-    rates = [k for k in ("accuracy", "format_rate", "correct_rate") if k in table.index]
+    rates = [k for k in metrics if k in table.index]
     fig = _figure(10, 3.6)
     ax1, ax2 = fig.subplots(1, 2, gridspec_kw={"width_ratios": [3, 1]})
     width = 0.8 / len(sides)
@@ -143,6 +137,20 @@ def evaluation_figure(table: Any, n_prompts: int | None = None) -> Any:
         ax2.set_xticks(range(len(sides)), sides, fontsize=7)
         ax2.bar_label(bars, labels=[f"{v:.0f}" for v in vals], fontsize=8)
         ax2.set_title("mean length (tokens)")
+    fig.tight_layout()
+    return fig
+
+
+def pass_at_k_figure(curves: dict[str, dict[int, float]], title: str = "pass@k") -> Any:
+    """One line per side: pass@k against k (:func:`helpers.evaluation.pass_at_k_curve`)."""
+    fig = _figure(6, 3.6)
+    ax = fig.subplots()
+    for side, curve in curves.items():
+        ax.plot(list(curve), list(curve.values()), marker="o", label=side)
+    ax.set(xlabel="k (samples per prompt)", ylabel="pass@k", ylim=(0, 1.05), title=title)
+    ax.set_xscale("log", base=2)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
 

@@ -8,11 +8,10 @@
 - :func:`group_advantages`: the advantages TRL 1.13's ``GRPOTrainer`` computes
   from those totals (a test checks it against the trainer itself).
 
-Rewards are given as a list of functions or of ``(function, weight)`` pairs
-(a preset from :func:`helpers.rewards.get_preset`).
+Rewards are given as a list of functions or of ``(function, weight)`` pairs (a task's ``rewards``).
 
 Example:
-    >>> from helpers.rewards import correctness_reward, strict_format_reward
+    >>> from helpers.tasks.reasoning import correctness_reward, strict_format_reward
     >>> cases = [RewardCase("<reasoning>\\n1+1=2\\n</reasoning>\\n<answer>\\n2\\n</answer>",
     ...                     {"correctness_reward": 2.0, "strict_format_reward": 1.0}, answer="2")]
     >>> bool(check_cases(cases, [correctness_reward, strict_format_reward])["passed"].all())
@@ -25,31 +24,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from .rewards import completion_text
-
-
-def weighted(rewards: Any) -> list[tuple[str, Any, float]]:
-    """``[(name, function, weight)]`` from a function, a list of functions, or ``(function, weight)``
-    pairs; names must be distinct (TRL logs rewards by ``__name__``).
-
-    Example:
-        >>> from helpers.rewards import get_preset
-        >>> [(n, w) for n, _, w in weighted(get_preset("arithmetic"))][:1]
-        [('correctness_reward', 1.0)]
-    """
-    items = [rewards] if callable(rewards) else list(rewards)
-    out = []
-    for item in items:
-        func, weight = item if isinstance(item, tuple) else (item, 1.0)
-        if not callable(func):
-            raise TypeError(f"Expected a reward function or a (function, weight) pair, got {item!r}.")
-        out.append((getattr(func, "__name__", type(func).__name__), func, float(weight)))
-    names = [n for n, _, _ in out]
-    dupes = sorted({n for n in names if names.count(n) > 1})
-    if dupes:
-        raise ValueError(f"Two rewards share the name(s) {dupes}: TRL logs rewards by __name__, so give "
-                         "each function a distinct name.")
-    return out
+from .rewards import completion_text, weighted
 
 
 @dataclass
@@ -136,7 +111,7 @@ def score_table(completions: Sequence[Any], rewards: Any, prompts: Sequence[Any]
     column (``None``: full text).
 
     Example:
-        >>> from helpers.rewards import correctness_reward, numeric_answer_reward
+        >>> from helpers.tasks.reasoning import correctness_reward, numeric_answer_reward
         >>> t = score_table(["<answer>4</answer>", "<answer>5</answer>"],
         ...                 [(correctness_reward, 1.0), (numeric_answer_reward, 0.5)], answer=["4", "4"])
         >>> t["total"].tolist()
@@ -195,10 +170,6 @@ def nanstd(values: Any, dim: int) -> Any:
     arithmetic as TRL's ``trl.trainer.utils.nanstd`` (tests/test_reward_lab.py compares them), without
     importing TRL's trainers (and with them PEFT and bitsandbytes) into a notebook that only scores rewards.
 
-    Example:
-        >>> import torch
-        >>> nanstd(torch.tensor([[1.0, 3.0, float("nan")]]), dim=1).tolist()
-        [1.4142135381698608]
     """
     import torch
 

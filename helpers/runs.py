@@ -1,82 +1,77 @@
-"""Run folders: one self-describing folder per course run, written safely.
+"""Where things live (the checkout, the cache, run folders, the course's data files) and safe writes.
 
-Notebook 01 writes ``dataset/`` into it, 03 writes ``grpo/`` (TRL's
-checkpoints and completion logs), ``adapter/``, ``warmup-adapter/`` and
-figures, 04 reads them and writes ``eval.json`` and ``merged/``.
-``COURSE_RUN_DIR`` names the folder (``make course`` sets it); otherwise the
-notebooks share ``runs/lab-<profile>``.
+Notebook 01 writes ``dataset/`` into the run folder, 03 writes ``grpo/`` (TRL's checkpoints and
+completion logs), ``adapter/``, ``warmup-adapter/`` and figures, 04 reads them and writes ``eval.json``
+and ``merged/``. Every write here is atomic: a killed process never leaves a file or folder that looks
+complete.
 
 Example:
-    >>> import tempfile, pathlib
-    >>> d = pathlib.Path(tempfile.mkdtemp()) / "out"
-    >>> with atomic_folder(d) as tmp:
-    ...     _ = (tmp / "x.txt").write_text("hi")
-    >>> (d / "x.txt").read_text()
-    'hi'
+    >>> import tempfile
+    >>> read_json(write_json(Path(tempfile.mkdtemp()) / "a.json", {"x": 1}))
+    {'x': 1}
 """
 
 from __future__ import annotations
 
 import json
 import os
-import platform
 import shutil
 import tempfile
 import time
+import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from .config import Profile, runs_root
-
-
-def run_dir(profile_name: str | None = None, create: bool = True) -> Path:
-    """The current run folder: ``COURSE_RUN_DIR``, else ``runs/lab-<profile>``.
-
-    Example:
-        run_dir("cpu-smoke", create=False).name
-        # -> 'lab-cpu-smoke'
-    """
-    env = os.environ.get("COURSE_RUN_DIR", "").strip()
-    if env:
-        path = Path(env).expanduser()
-    else:
-        if profile_name is None:
-            from .config import detect_profile
-
-            profile_name = detect_profile()[0]
-        path = runs_root() / f"lab-{profile_name}"
-    if create:
-        path.mkdir(parents=True, exist_ok=True)
-    return path
-
+from .machine import on_colab, on_kaggle
+from .profiles import REPO_REF, REPO_URL, detect_profile
 
 #: Where run folders go when kept on Google Drive (Colab) or in the notebook's output (Kaggle).
 DRIVE_RUNS = Path("/content/drive/MyDrive/grpo-course/runs")
 KAGGLE_RUNS = Path("/kaggle/working/runs")
 
 
+def project_root() -> Path | None:
+    """The course checkout this package was installed from (editable install), or None."""
+    root = Path(__file__).resolve().parents[1]
+    return root if (root / "pyproject.toml").is_file() and (root / "notebooks").is_dir() else None
+
+
+def cache_dir() -> Path:
+    """Where the bundled model is built: ``COURSE_CACHE`` or the user's cache folder."""
+    if os.environ.get("COURSE_CACHE", "").strip():
+        return Path(os.environ["COURSE_CACHE"].strip()).expanduser()
+    from platformdirs import user_cache_dir
+
+    return Path(user_cache_dir("grpo-course"))
+
+
+def runs_root() -> Path:
+    """Where run folders live: ``COURSE_RUNS``, else ``runs/`` in the checkout (or the working folder)."""
+    if os.environ.get("COURSE_RUNS", "").strip():
+        return Path(os.environ["COURSE_RUNS"].strip()).expanduser()
+    return (project_root() or Path.cwd()) / "runs"
+
+
+def run_dir(profile_name: str | None = None, create: bool = True) -> Path:
+    """The current run folder: ``COURSE_RUN_DIR``, else ``runs/lab-<profile>``."""
+    env = os.environ.get("COURSE_RUN_DIR", "").strip()
+    path = Path(env).expanduser() if env else runs_root() / f"lab-{profile_name or detect_profile()[0]}"
+    if create:
+        path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def use_persistent_runs(keep: bool = True) -> Path | None:
-    """Keep the course's run folders where a disconnect cannot lose them, through ``COURSE_RUNS``.
+    """Keep run folders where a disconnect cannot lose them (sets ``COURSE_RUNS``); the folder, or None.
 
-    Each notebook opened from a Colab badge runs on a fresh machine, and a disconnect recycles it:
-    a run folder in ``/content`` is gone, and notebook 04 would not find notebook 03's adapter. With
-    ``keep``, on Colab this mounts Google Drive (Colab asks you to allow it: decline, and nothing
-    changes) and uses ``MyDrive/grpo-course/runs``; on Kaggle it uses ``/kaggle/working/runs``
-    (kept as the notebook's output). Elsewhere, or when ``COURSE_RUNS`` is already set, nothing
-    changes. Returns the folder in use, or None.
-
-    Example::
-
-        KEEP_RUNS = True                    # False: never ask, keep runs in /content
-        use_persistent_runs(KEEP_RUNS)      # on Colab: Drive asks once; on a laptop: nothing happens
-        RUN = run_dir(PROFILE.name)         # then under MyDrive/grpo-course/runs/
+    On Colab it mounts Google Drive (Colab asks; decline and nothing changes) and uses
+    ``MyDrive/grpo-course/runs``; on Kaggle ``/kaggle/working/runs``. Elsewhere, with ``keep=False`` or with
+    ``COURSE_RUNS`` already set, it does nothing.
     """
-    import sys
-
     if not keep or os.environ.get("COURSE_RUNS", "").strip():
         return None
-    if "google.colab" in sys.modules:
+    if on_colab():
         try:
             from google.colab import drive  # type: ignore[import-not-found]
 
@@ -86,7 +81,7 @@ def use_persistent_runs(keep: bool = True) -> Path | None:
                   "disconnect. Run this cell again to allow it, or set KEEP_RUNS = False to stop asking.")
             return None
         folder = DRIVE_RUNS
-    elif "KAGGLE_KERNEL_RUN_TYPE" in os.environ:
+    elif on_kaggle():
         folder = KAGGLE_RUNS
     else:
         return None
@@ -97,20 +92,43 @@ def use_persistent_runs(keep: bool = True) -> Path | None:
     return folder
 
 
-def write_json(path: str | Path, data: Any) -> Path:
-    """Write JSON atomically (a temporary file, then a rename).
+def data_file(name: str) -> Path:
+    """A file of the course's ``data/`` folder: from the checkout, or (a bare install, Colab) fetched once
+    from the release into the cache."""
+    root = project_root()
+    if root is not None and (root / "data" / name).is_file():
+        return root / "data" / name
+    cached = cache_dir() / "data" / name
+    if not cached.is_file():
+        url = REPO_URL.replace("github.com", "raw.githubusercontent.com") + f"/{REPO_REF}/data/{name}"
+        try:
+            with urllib.request.urlopen(url, timeout=20) as resp:
+                write_bytes(cached, resp.read())
+        except Exception as exc:  # noqa: BLE001 - any failure gets the same advice
+            raise FileNotFoundError(
+                f"The course data file {name!r} is not in a checkout and could not be fetched from {url} ({exc}). "
+                f"Clone the course repository and `pip install -e .` from it, or put the file at {cached}.") from exc
+    return cached
 
-    Example:
-        >>> import tempfile; p = write_json(Path(tempfile.mkdtemp()) / "a.json", {"x": 1})
-        >>> read_json(p)
-        {'x': 1}
-    """
+
+def write_bytes(path: str | Path, payload: bytes) -> Path:
+    """Write a file atomically (a temporary file beside it, then a rename)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(payload)
     os.replace(tmp, path)
     return path
+
+
+def write_json(path: str | Path, data: Any) -> Path:
+    """Write JSON atomically."""
+    return write_bytes(path, (json.dumps(data, indent=2, default=str) + "\n").encode())
+
+
+def write_jsonl(path: str | Path, rows: list[dict]) -> Path:
+    """Write one JSON object per line, atomically."""
+    return write_bytes(path, "".join(json.dumps(r, default=str) + "\n" for r in rows).encode())
 
 
 def read_json(path: str | Path) -> Any:
@@ -122,15 +140,19 @@ def read_json(path: str | Path) -> Any:
 def atomic_folder(out_dir: str | Path, overwrite: bool = False) -> Iterator[Path]:
     """Yield a temporary folder beside ``out_dir``; rename it into place when the block succeeds.
 
-    An existing non-empty ``out_dir`` is refused unless ``overwrite=True``; on
-    any error the temporary folder is removed and ``out_dir`` is untouched, so a
-    half-written model or dataset never looks complete.
+    A non-empty ``out_dir`` is refused unless ``overwrite``; on an error ``out_dir`` is untouched.
+
+    Example:
+        >>> d = Path(tempfile.mkdtemp()) / "out"
+        >>> with atomic_folder(d) as tmp:
+        ...     _ = (tmp / "x.txt").write_text("hi")
+        >>> (d / "x.txt").read_text()
+        'hi'
     """
     out_dir = Path(out_dir)
     if out_dir.exists() and any(out_dir.iterdir()) and not overwrite:
-        raise FileExistsError(
-            f"{out_dir} already exists and is not empty, so nothing was written. "
-            "Pass overwrite=True to replace it, or choose another folder.")
+        raise FileExistsError(f"{out_dir} already exists and is not empty, so nothing was written. "
+                              "Pass overwrite=True to replace it, or choose another folder.")
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-writing-", dir=out_dir.parent))
     umask = os.umask(0)
@@ -141,9 +163,8 @@ def atomic_folder(out_dir: str | Path, overwrite: bool = False) -> Iterator[Path
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    old = None
-    if out_dir.exists():
-        old = out_dir.with_name(f".{out_dir.name}-old-{time.time_ns()}")
+    old = out_dir.with_name(f".{out_dir.name}-old-{time.time_ns()}") if out_dir.exists() else None
+    if old is not None:
         os.replace(out_dir, old)
     os.replace(tmp, out_dir)
     if old is not None:
@@ -151,39 +172,13 @@ def atomic_folder(out_dir: str | Path, overwrite: bool = False) -> Iterator[Path
 
 
 def check_free_disk(folder: str | Path, needed_bytes: int, what: str = "the merged model") -> int:
-    """Raise ``OSError`` naming the shortfall unless ``folder``'s disk has ``needed_bytes`` free.
-
-    Returns the free bytes.
-
-    Example:
-        >>> check_free_disk(".", 1) > 0
-        True
-    """
+    """The free bytes at ``folder``; ``OSError`` naming the shortfall when fewer than ``needed_bytes``."""
     probe = Path(folder)
     while not probe.exists():
         probe = probe.parent
     free = shutil.disk_usage(probe).free
     if free < needed_bytes:
-        raise OSError(
-            f"Not enough disk for {what}: it needs about {needed_bytes / 1e9:.2f} GB in {probe}, and "
-            f"{free / 1e9:.2f} GB are free. Delete old runs/ folders or checkpoints, or keep only the "
-            "adapter (a few MB) and merge on a machine with more disk.")
+        raise OSError(f"Not enough disk for {what}: it needs about {needed_bytes / 1e9:.2f} GB in {probe}, and "
+                      f"{free / 1e9:.2f} GB are free. Delete old runs/ folders or checkpoints, or keep only the "
+                      "adapter (a few MB) and merge on a machine with more disk.")
     return free
-
-
-def record_run_info(run: str | Path, profile: Profile, **extra: Any) -> Path:
-    """Add the profile, library versions and machine to ``run.json``, keeping earlier keys.
-
-    Example:
-        record_run_info(RUN, PROFILE, training={"adapter": "adapter"})
-    """
-    from .preflight import installed_versions
-
-    path = Path(run) / "run.json"
-    info: dict[str, Any] = read_json(path) if path.is_file() else {}
-    info.setdefault("created", time.strftime("%Y-%m-%dT%H:%M:%S"))
-    info.update(profile=profile.to_dict(), versions=installed_versions(),
-                machine={"python": platform.python_version(), "platform": platform.platform(),
-                         "cpus": os.cpu_count()})
-    info.update(extra)
-    return write_json(path, info)

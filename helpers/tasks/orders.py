@@ -1,0 +1,207 @@
+"""The JSON task: extract an order from a short message into one JSON object (structured output).
+
+Generated offline from a seed, in levels, like the arithmetic task::
+
+    Maya ordered three lamps, next-day delivery please.
+    {"name": "Maya", "item": "lamps", "quantity": 3, "shipping": "express"}
+
+Every row has ``question`` (the message), ``answer`` (the expected object as compact JSON), ``schema``
+(its JSON Schema, as JSON text) and ``level``; the rewards (:mod:`helpers.tasks.json_rewards`) read
+``answer`` and ``schema``. A learner's own CSV or JSONL is loaded with ``datasets.load_dataset`` and
+checked row by row against the schema (:func:`helpers.data.validate`, through :meth:`OrdersTask.clean_answer`).
+
+Example:
+    >>> row = generate_orders(1, "orders-easy", seed=1)[0]
+    >>> row["question"], row["answer"]
+    ('Ravi ordered 7 lamps with express shipping.', '{"name": "Ravi", "item": "lamps", "quantity": 7, "shipping": "express"}')
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from ..rewards import Prefilled
+from . import Task
+from .json_rewards import (as_object, exact_match_reward, field_match_reward, find_json_object, is_exact_match,
+                           json_extras_penalty, json_format_reward, same_value, schema_errors, schema_valid_reward)
+
+#: The prefill: ``{"``, not ``{``, because the tokenizer writes ``{"`` as one token: a prompt ending in ``{``
+#: would not be a token prefix of prompt + answer (SFTTrainer warns, generation starts from a split it never saw).
+JSON_PREFILL = '{"'
+NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
+                "twelve")
+MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
+          "November", "December")
+NAMES = ("Ava", "Ben", "Chloe", "Dev", "Emma", "Finn", "Grace", "Hugo", "Isla", "Jonah", "Kira", "Leo", "Maya",
+         "Noah", "Omar", "Priya", "Ravi", "Sara", "Tom", "Zoe")
+ITEMS = ("books", "lamps", "mugs", "chairs", "pens", "tickets", "shirts", "plates", "candles", "towels", "kites",
+         "notebooks")
+#: How each ``shipping`` value may be written in the text (the first is the literal one).
+SHIPPING_PHRASES = {
+    "express": ("express shipping", "next-day delivery", "overnight delivery", "the fastest delivery"),
+    "standard": ("standard shipping", "regular post", "the cheapest delivery", "no rush on delivery"),
+}
+#: JSON Schema of each field the task knows; a level picks some of them.
+FIELD_SCHEMAS: dict[str, dict[str, Any]] = {
+    "name": {"type": "string", "minLength": 1, "description": "who ordered"},
+    "item": {"type": "string", "minLength": 1, "description": "what was ordered, as written"},
+    "quantity": {"type": "integer", "minimum": 1, "description": "how many, as a number"},
+    "shipping": {"enum": ["standard", "express"], "description": "the delivery speed"},
+    "date": {"type": "string", "pattern": r"^\d{4}-\d{2}-\d{2}$", "description": "delivery date, YYYY-MM-DD"},
+}
+YEAR = 2025
+
+
+@dataclass(frozen=True)
+class Level:
+    """One level: the object's fields, and how the message hides them (``templates`` use ``{name}``,
+    ``{qty}``, ``{item}``, ``{ship}``, ``{date}`` and ``{extra}``, a distracting number or nothing)."""
+
+    description: str
+    fields: tuple[str, ...]
+    templates: tuple[str, ...]
+    words: float = 0.0  # share of quantities written as words
+    paraphrase: bool = False  # shipping in any of its phrases, not only the literal one
+    distractors: float = 0.0  # share of messages with a distracting number
+
+
+_MAIN = ("{name} ordered {qty} {item} with {ship}.{extra}", "Please send {qty} {item} to {name}, {ship}.{extra}",
+         "New order from {name}: {qty} {item}, {ship}.{extra}", "{name} wants {qty} {item} and asked for {ship}.{extra}",
+         "Order for {name}: {qty} {item}, {ship}.{extra}")
+_DATED = ("{name} ordered {qty} {item} with {ship}, to arrive on {date}.{extra}",
+          "Please send {qty} {item} to {name} by {date}, {ship}.{extra}",
+          "New order from {name}: {qty} {item}, {ship}, delivery on {date}.{extra}")
+_FOUR = ("name", "item", "quantity", "shipping")
+#: The levels, easiest first; add one with a line.
+LEVELS: dict[str, Level] = {
+    "orders-easy": Level("four fields written literally, digits (format-only warm-up)", _FOUR,
+                         ("{name} ordered {qty} {item} with {ship}.",)),
+    "orders": Level("four fields; numbers as words, paraphrased shipping, distracting numbers", _FOUR, _MAIN,
+                    words=0.5, paraphrase=True, distractors=0.5),
+    "orders-dated": Level("five fields: the orders level plus a delivery date to write as YYYY-MM-DD",
+                          _FOUR + ("date",), _DATED, words=0.5, paraphrase=True, distractors=0.5),
+}
+
+
+def make_schema(fields: Sequence[str]) -> dict[str, Any]:
+    """A strict JSON Schema for these fields: all required, no other key allowed."""
+    unknown = [f for f in fields if f not in FIELD_SCHEMAS]
+    if unknown:
+        raise ValueError(f"Unknown field(s) {unknown}: known fields are {list(FIELD_SCHEMAS)}; add yours to "
+                         "helpers.tasks.orders.FIELD_SCHEMAS first.")
+    return {"type": "object", "properties": {f: dict(FIELD_SCHEMAS[f]) for f in fields},
+            "required": list(fields), "additionalProperties": False}
+
+
+def describe_schema(schema: Mapping[str, Any]) -> str:
+    """The schema's keys in words for the system prompt (the model never sees the schema itself).
+
+    Example:
+        >>> describe_schema(make_schema(["quantity", "shipping"]))
+        'quantity (integer), shipping ("standard" or "express")'
+    """
+    parts = []
+    for key, spec in schema.get("properties", {}).items():
+        kind = (" or ".join(json.dumps(v) for v in spec["enum"]) if "enum" in spec else "date as YYYY-MM-DD"
+                if spec.get("pattern") == FIELD_SCHEMAS["date"]["pattern"] else str(spec.get("type", "any value")))
+        parts.append(f"{key} ({kind})")
+    return ", ".join(parts)
+
+
+def _one_order(rng: random.Random, level: Level) -> tuple[str, dict[str, Any]]:
+    qty, ship = rng.randint(2, 12), rng.choice(sorted(SHIPPING_PHRASES))
+    month, day = rng.randint(1, 12), rng.randint(1, 28)
+    values = {"name": rng.choice(NAMES), "item": rng.choice(ITEMS), "quantity": qty, "shipping": ship,
+              "date": f"{YEAR}-{month:02d}-{day:02d}"}
+    extra = ""
+    if rng.random() < level.distractors:
+        extra = rng.choice([f" It costs ${rng.randint(13, 99)}.", f" Order number {rng.randint(100, 999)}.",
+                            f" Call {rng.randint(20, 99)} minutes before arriving."])
+    phrases = SHIPPING_PHRASES[ship] if level.paraphrase else SHIPPING_PHRASES[ship][:1]
+    text = rng.choice(level.templates).format(
+        name=values["name"], item=values["item"], ship=rng.choice(phrases), extra=extra,
+        qty=NUMBER_WORDS[qty] if rng.random() < level.words else str(qty), date=f"{MONTHS[month - 1]} {day}, {YEAR}")
+    text = " ".join(text.split())
+    return text[0].upper() + text[1:], {f: values[f] for f in level.fields}
+
+
+def generate_orders(n: int, level: str = "orders", seed: int = 0) -> list[dict[str, str]]:
+    """``n`` distinct order messages of one level with their expected objects, the same for the same seed."""
+    if level not in LEVELS:
+        raise ValueError(f"Unknown level {level!r}. Valid levels: {', '.join(LEVELS)}; add your own with "
+                         "helpers.tasks.orders.LEVELS['name'] = Level(...).")
+    rng, schema = random.Random(f"orders:{level}:{seed}"), json.dumps(make_schema(LEVELS[level].fields))
+    rows, seen, attempts = [], set(), 0
+    while len(rows) < n:
+        attempts += 1
+        if attempts > 50 * n + 1000:
+            raise ValueError(f"Level {level!r} gave only {len(rows)} distinct messages, fewer than the {n} asked "
+                             "for. Ask for fewer rows or add templates to the level.")
+        text, obj = _one_order(rng, LEVELS[level])
+        if text not in seen:
+            seen.add(text)
+            rows.append({"question": text, "answer": json.dumps(obj, ensure_ascii=False), "schema": schema,
+                         "level": level})
+    return rows
+
+
+prefilled_json_format_reward = Prefilled(json_format_reward, JSON_PREFILL)
+prefilled_schema_valid_reward = Prefilled(schema_valid_reward, JSON_PREFILL)
+prefilled_field_match_reward = Prefilled(field_match_reward, JSON_PREFILL)
+prefilled_exact_match_reward = Prefilled(exact_match_reward, JSON_PREFILL)
+prefilled_json_extras_penalty = Prefilled(json_extras_penalty, JSON_PREFILL)
+
+
+class OrdersTask(Task):
+    """Orders to JSON objects, checked against a JSON Schema, scored field by field."""
+
+    name = "json"
+    prefill = JSON_PREFILL
+    levels = LEVELS
+    #: The fields carry the most, the exact object a bonus, the form a little (at most 4.0).
+    rewards = [(prefilled_json_format_reward, 0.5), (prefilled_schema_valid_reward, 0.5),
+               (prefilled_field_match_reward, 2.0), (prefilled_exact_match_reward, 1.0),
+               (prefilled_json_extras_penalty, 1.0)]
+    headline, format_metric = "exact_match", "schema_valid"
+    min_completion_tokens = 32
+
+    def system_prompt_for(self, row: Mapping[str, Any]) -> str:
+        return ("Extract the order from the message. Reply with one JSON object and nothing else, with exactly "
+                f"these keys: {describe_schema(json.loads(row['schema']))}.")
+
+    def make_rows(self, level: str, n: int, seed: int) -> list[dict[str, str]]:
+        return generate_orders(n, level, seed)
+
+    def reference(self, row: Mapping[str, Any]) -> str:
+        return str(row["answer"])  # the whole object: it starts with the prefill '{"'
+
+    def score(self, text: str, row: Mapping[str, Any]) -> dict[str, float]:
+        found, want = find_json_object(text), as_object(row["answer"]) or {}
+        obj, errors = found.obj or {}, schema_errors(found.obj, row.get("schema")) if found.obj is not None else None
+        right = {k: float(k in obj and same_value(obj[k], v)) for k, v in want.items()}
+        return {"exact_match": float(is_exact_match(found.obj, want)), "schema_valid": float(errors == []),
+                "valid_json": float(found.obj is not None), "clean_json": float(found.clean),
+                "field_rate": sum(right.values()) / max(1, len(right)), **{f"field: {k}": v for k, v in right.items()}}
+
+    def clean_answer(self, row: Mapping[str, Any]) -> str:
+        """The expected object as compact JSON, after checking it against the row's schema."""
+        raw = row.get("answer")
+        obj = raw if isinstance(raw, dict) else as_object(raw)
+        if obj is None:
+            raise ValueError(f"{str(raw)[:60]!r} is not a JSON object: write one such as {{\"name\": \"Ava\"}} with "
+                             "double quotes")
+        errors = schema_errors(obj, row.get("schema") or {})
+        if errors is None:
+            raise ValueError("the row's schema is not a valid JSON Schema: fix the schema first")
+        if errors:
+            raise ValueError(f"{errors[0]}: make the object match the schema, or change the schema")
+        return json.dumps(obj, ensure_ascii=False)
+
+    def settings(self, profile: Any) -> dict[str, Any]:
+        """CPU profiles train on ``orders`` after a warm-up on ``orders-easy``; GPU profiles on ``orders-dated``."""
+        gpu = profile.backend == "unsloth"
+        return {"task_level": "orders-dated" if gpu else "orders", "warmup_level": "orders-easy",
+                "max_completion_length": 96 if gpu else 40}

@@ -1,0 +1,227 @@
+"""The ``<reasoning>``/``<answer>`` format and number answers: the arithmetic task's rules and rewards.
+
+A completion the arithmetic task rewards::
+
+    <reasoning>
+    15 + 27 = 42
+    </reasoning>
+    <answer>
+    42
+    </answer>
+
+Every reward here is hardened (plain and conversational completions, never raises, bounded work) and
+follows TRL's convention (:mod:`helpers.rewards`). Notebook 02 writes the plain versions in its cells
+and tests these against them. :func:`answer_matches` is THE rule for a right answer: the correctness
+rewards and the evaluation both use it.
+
+Example:
+    >>> good = "<reasoning>\\n15 + 27 = 42\\n</reasoning>\\n<answer>\\n42\\n</answer>"
+    >>> correctness_reward(completions=[good, "42"], answer=["42", "42"])
+    [2.0, 0.0]
+    >>> prefilled_strict_format_reward(completions=[good[len(PREFILL):]])
+    [1.0]
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from typing import Any, Callable, Sequence
+
+from ..rewards import Prefilled, completion_text, completion_texts
+
+REASONING_START, REASONING_END, ANSWER_START, ANSWER_END = "<reasoning>", "</reasoning>", "<answer>", "</answer>"
+TAGS = (REASONING_START, REASONING_END, ANSWER_START, ANSWER_END)
+#: What the task prefills: the opening tag and a newline.
+PREFILL = REASONING_START + "\n"
+SYSTEM_PROMPT = f"Respond in the following format:\n{REASONING_START}\n...\n{REASONING_END}\n{ANSWER_START}\n...\n{ANSWER_END}"
+
+
+def reference_completion(solution: str, answer: str) -> str:
+    """A completion in the format (the warm-up's targets, test cases)."""
+    return f"{REASONING_START}\n{solution}\n{REASONING_END}\n{ANSWER_START}\n{answer}\n{ANSWER_END}"
+
+
+def _last_block(text: str, start_tag: str, end_tag: str) -> str | None:
+    end = text.rfind(end_tag)
+    start = text.rfind(start_tag, 0, end) if end >= 0 else -1
+    return None if start < 0 else text[start + len(start_tag):end].strip()
+
+
+def extract_answer(text: Any) -> str | None:
+    """The stripped content of the last *complete* ``<answer>`` block (a completion cut off has none).
+
+    Example:
+        >>> extract_answer("<answer>\\n 41 \\n</answer> no, <answer>42</answer>"), extract_answer("<answer>42")
+        ('42', None)
+    """
+    return _last_block(completion_text(text), ANSWER_START, ANSWER_END)
+
+
+def extract_reasoning(text: Any) -> str | None:
+    """The stripped content of the last complete ``<reasoning>`` block, or ``None``."""
+    return _last_block(completion_text(text), REASONING_START, REASONING_END)
+
+
+_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)")
+_THOUSANDS = re.compile(r"[+-]?\d{1,3}(?:,\d{3})+(?:\.\d*)?")
+_DIGIT_SPACE_DIGIT = re.compile(r"\d\s+[\d.]|[\d.]\s+\d")
+_NUMBER_IN_TEXT = re.compile(r"(?<![\w.])[+-]?\$?\d[\d,]*(?:\.\d+)?")
+
+
+def normalize_number(text: Any) -> str | None:
+    """One canonical string for a number written as text, or ``None`` unless it is a single number
+    (``$``, ``%``, thousands commas, a trailing period, leading ``+`` and zeros, trailing decimal zeros).
+
+    Example:
+        >>> [normalize_number(s) for s in ["$1,234", "18.00", "3.50", "-7", "42.", "1 2", "x"]]
+        ['1234', '18', '3.5', '-7', '42', None, None]
+    """
+    try:
+        if text is None or isinstance(text, bool) or len(str(text)) > 200:  # no answer is longer: bounded work
+            return None
+        s = str(text).strip().replace("\u2212", "-").replace("$", "").replace("%", "")
+        if _DIGIT_SPACE_DIGIT.search(s):
+            return None  # "1 2" is two numbers
+        s = "".join(s.split()).removesuffix(".")
+        if "," in s:
+            if not _THOUSANDS.fullmatch(s):
+                return None
+            s = s.replace(",", "")
+        if not _NUMBER.fullmatch(s):
+            return None
+        sign = "-" if s.startswith("-") else ""
+        whole, _, frac = s.lstrip("+-").partition(".")
+        out = (whole.lstrip("0") or "0") + ("." + frac.rstrip("0") if frac.rstrip("0") else "")
+        return out if out == "0" else sign + out
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def find_numbers(text: Any, limit: int = 1000) -> list[str]:
+    """Every number in the text, normalised, in order (at most ``limit``)."""
+    out: list[str] = []
+    for m in _NUMBER_IN_TEXT.finditer(completion_text(text)):
+        n = normalize_number(m.group(0).rstrip(","))
+        if n is not None:
+            out.append(n)
+            if len(out) >= limit:
+                break
+    return out
+
+
+def _last_number(text: str) -> str | None:
+    for m in reversed(deque(_NUMBER_IN_TEXT.finditer(text), maxlen=64)):
+        n = normalize_number(m.group(0).rstrip(","))
+        if n is not None:
+            return n
+    return None
+
+
+def answer_matches(pred: Any, gold: Any) -> bool:
+    """THE task's right answer: equal numbers once normalised, or, for a gold answer that is not a
+    number, equal stripped text.
+
+    Example:
+        >>> answer_matches("$1,080.00", "1080"), answer_matches("Paris", "Paris"), answer_matches(None, "4")
+        (True, True, False)
+    """
+    if pred is None or gold is None or not str(pred).strip() or not str(gold).strip():
+        return False
+    gold_number = normalize_number(str(gold).strip())
+    return normalize_number(str(pred).strip()) == gold_number if gold_number is not None else str(pred).strip() == str(gold).strip()
+
+
+_STRICT = re.compile(re.escape(REASONING_START) + r"[ \t]*\n(.*?)\n[ \t]*" + re.escape(REASONING_END) + r"\s*"
+                     + re.escape(ANSWER_START) + r"[ \t]*\n(.*?)\n[ \t]*" + re.escape(ANSWER_END), re.DOTALL)
+
+
+def has_strict_format(text: Any) -> bool:
+    """One reasoning block then one answer block, each tag on its own line, both non-empty (DOTALL:
+    multi-line reasoning is fine), nothing else but outer whitespace."""
+    t = completion_text(text).strip()
+    if any(t.count(tag) != 1 for tag in TAGS):
+        return False
+    m = _STRICT.fullmatch(t)
+    return bool(m and m.group(1).strip() and m.group(2).strip())
+
+
+def strict_format_reward(completions: Any, **kwargs: Any) -> list[float]:
+    """1.0 when the completion is exactly the format (:func:`has_strict_format`); else 0.0."""
+    return [1.0 if has_strict_format(t) else 0.0 for t in completion_texts(completions)]
+
+
+def soft_format_reward(completions: Any, **kwargs: Any) -> list[float]:
+    """1.0 when a complete reasoning block comes before a complete answer block, anywhere; else 0.0."""
+    out = []
+    for t in completion_texts(completions):
+        r = t.find(REASONING_START)
+        r_end = t.find(REASONING_END, r) if r >= 0 else -1
+        a = t.find(ANSWER_START, r_end) if r_end >= 0 else -1
+        out.append(1.0 if a >= 0 and t.find(ANSWER_END, a) >= 0 else 0.0)
+    return out
+
+
+def xmlcount_reward(completions: Any, **kwargs: Any) -> list[float]:
+    """Partial credit per tag: +0.25 for each tag used once, -0.125 for each repeated one, -0.001 per
+    character after the last ``</answer>`` (at most -0.5); clamped to [-1, 1]."""
+    out = []
+    for t in completion_texts(completions):
+        score = sum(0.25 if t.count(tag) == 1 else -0.125 if t.count(tag) > 1 else 0.0 for tag in TAGS)
+        end = t.rfind(ANSWER_END)
+        if end >= 0:
+            score -= min(0.5, 0.001 * len(t[end + len(ANSWER_END):].strip()))
+        out.append(max(-1.0, min(1.0, score)))
+    return out
+
+
+def correctness_reward(completions: Any, answer: Sequence[Any], log_extra: Callable | None = None,
+                       **kwargs: Any) -> list[float]:
+    """2.0 when the last ``<answer>`` block matches ``answer`` (:func:`answer_matches`); else 0.0. Inside
+    TRL it also logs the gold and the extracted answer to the completions table (``log_extra``)."""
+    preds = [extract_answer(t) for t in completion_texts(completions)]
+    if log_extra is not None:
+        log_extra("answer", ["" if a is None else str(a) for a in answer])
+        log_extra("extracted", ["" if p is None else p for p in preds])
+    return [2.0 if answer_matches(p, a) else 0.0 for p, a in zip(preds, answer)]
+
+
+def numeric_answer_reward(completions: Any, **kwargs: Any) -> list[float]:
+    """0.5 when the answer block holds a single number (right or wrong); else 0.0."""
+    return [0.5 if normalize_number(extract_answer(t)) is not None else 0.0 for t in completion_texts(completions)]
+
+
+def partial_correctness_reward(completions: Any, answer: Sequence[Any], **kwargs: Any) -> list[float | None]:
+    """A gentler slope for a small model: 1.0 for the right answer block, 0.5 when the right number is one of
+    several in it, 0.25 when the *last* number anywhere is right (so listing numbers does not pay), else
+    0.0; ``None`` when the gold answer is not a number.
+
+    Example:
+        >>> partial_correctness_reward(["<answer>13</answer>", "<answer>5+8=13</answer>", "5 + 8 = 13",
+        ...                             "13 or 12"], answer=["13"] * 4)
+        [1.0, 0.5, 0.25, 0.0]
+    """
+    out: list[float | None] = []
+    for t, gold in zip(completion_texts(completions), answer):
+        g, block = normalize_number(gold), extract_answer(t)
+        if g is None:
+            out.append(None)
+        elif block is not None and normalize_number(block) == g:
+            out.append(1.0)
+        elif block is not None and g in find_numbers(block):
+            out.append(0.5)
+        else:
+            out.append(0.25 if _last_number(t.replace(ANSWER_END, " ").replace(REASONING_END, " ")) == g else 0.0)
+    return out
+
+
+prefilled_strict_format_reward = Prefilled(strict_format_reward, PREFILL)
+prefilled_soft_format_reward = Prefilled(soft_format_reward, PREFILL)
+prefilled_xmlcount_reward = Prefilled(xmlcount_reward, PREFILL)
+
+
+def score_reasoning(text: str, answer: Any) -> dict[str, float]:
+    """The evaluation's metrics of one completion (``text`` with the prefill): ``accuracy`` (right AND in
+    the format: what the task trains for), ``correct`` (right, any format) and ``format``."""
+    correct, fmt = answer_matches(extract_answer(text), answer), has_strict_format(text)
+    return {"accuracy": float(correct and fmt), "correct": float(correct), "format": float(fmt)}
