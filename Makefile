@@ -1,7 +1,7 @@
 # One-command entry points. The README and .ci/run use these exact targets.
 #   make setup   create .venv, install the CPU stack + helpers (editable), build the bundled model
 #   make course  run every notebook headless on the detected profile; writes runs/<time>-<profile>/
-#   make test    unit tests, every notebook under nbval on cpu-smoke, and the GPU contract tests
+#   make test    every test: unit, every notebook under nbval on cpu-smoke, and the GPU contract tests
 #   make lab     open JupyterLab on the course
 #   make bench   run the benchmarks (each prints one JSON object)
 SHELL := /bin/bash
@@ -39,10 +39,10 @@ test: setup contract-env
 	$(PY) -m pytest tests helpers notebooks -p no:cacheprovider --doctest-modules \
 	  --nbval-lax --current-env --nbval-cell-timeout=900 --durations=15
 
-# The unit tests alone (no notebooks, no contract environment needed for most).
+# The fast tier: unit tests and docstring examples; no model loaded, no notebook, no contract environment.
 unit: setup
 	COURSE_PROFILE=cpu-smoke HF_HUB_OFFLINE=1 MPLBACKEND=Agg $(PY) -m pytest tests helpers -p no:cacheprovider \
-	  --doctest-modules -m "not contract"
+	  --doctest-modules -m "not slow and not contract"
 
 # A second environment for the contract tests: the CPU stack of .venv plus Unsloth,
 # installed without its GPU dependencies, so `import unsloth` works with UNSLOTH_ALLOW_CPU=1.

@@ -64,7 +64,7 @@ def main() -> int:
     ap.add_argument("--cores", type=int, default=2)
     args = ap.parse_args()
 
-    from helpers.config import get_profile
+    from helpers.profiles import get_profile
     from helpers.recipe import write_recipe
 
     say = lambda msg: print(f"[bench/cpu_processes] {msg}", file=sys.stderr, flush=True)  # noqa: E731

@@ -42,9 +42,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     from helpers import data as D
-    from helpers.config import get_profile
     from helpers.models import load_tokenizer
-    from helpers.tasks import load_gsm8k
+    from helpers.profiles import get_profile
+    from helpers.tasks import get_task
+    from helpers.tasks.arithmetic import load_gsm8k
 
     profile = get_profile(args.profile)
     t = time.perf_counter()
@@ -60,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     log(f"loaded {gsm8k['train'].num_rows} + {gsm8k['test'].num_rows} rows")
     t = time.perf_counter()
     splits, card = D.prepare_dataset(
-        gsm8k["train"], tok, train_rows=profile.train_rows, eval_rows=profile.eval_rows,
+        gsm8k["train"], tok, get_task("arithmetic"), train_rows=profile.train_rows, eval_rows=profile.eval_rows,
         max_prompt_tokens=profile.max_prompt_tokens, seed=profile.seed, eval_source=gsm8k["test"],
         source={"task": "gsm8k", "from": str(data)})
     stages["answers_validate_prompt_tokenise_filter_split"] = time.perf_counter() - t

@@ -32,12 +32,14 @@ def main() -> int:
 
     import torch
 
-    from helpers.config import get_profile
     from helpers.data import ensure_prepared
     from helpers.evaluation import eval_settings, evaluate
     from helpers.models import load_model
+    from helpers.profiles import get_profile
+    from helpers.tasks import get_task
 
     profile = get_profile(args.profile)
+    task = get_task(profile.task)
     say = lambda msg: print(msg, file=sys.stderr)  # noqa: E731
     t0 = time.perf_counter()
     model, tok = load_model(profile)
@@ -52,9 +54,9 @@ def main() -> int:
         t = time.perf_counter()
         if side == "base":
             with model.disable_adapter():
-                res = evaluate(model, tok, held_out["prompt"], held_out["answer"], settings, batch_size=args.batch_size)
+                res = evaluate(model, tok, held_out, task, settings, batch_size=args.batch_size)
         else:
-            res = evaluate(model, tok, held_out["prompt"], held_out["answer"], settings, batch_size=args.batch_size)
+            res = evaluate(model, tok, held_out, task, settings, batch_size=args.batch_size)
         secs[side] = round(time.perf_counter() - t, 2)
         tokens += res["summary"]["mean_length"] * res["summary"]["n_completions"]
         say(f"{side}: {secs[side]} s")

@@ -43,10 +43,10 @@ def main() -> int:
     from trl import GRPOTrainer
 
     from helpers.callbacks import DashboardCallback, RunLogCallback, TimeBudgetCallback
-    from helpers.config import get_profile
     from helpers.data import ensure_prepared
     from helpers.models import load_model
-    from helpers.rewards import get_preset
+    from helpers.profiles import get_profile
+    from helpers.tasks import get_task
     from helpers.training import grpo_config
 
     if args.threads:
@@ -69,13 +69,13 @@ def main() -> int:
         run = Path(tempfile.mkdtemp(prefix=f"bench-overhead-{kind}-"))
         model, tok = load_model(profile)
         data = ensure_prepared(profile, run, tokenizer=tok, verbose=False)["train"]
-        rewards = get_preset(profile.reward_preset, prefill=profile.prefill)
+        rewards = get_task(profile.task).rewards_for(profile.task_level)
         timer = StepTimer()
         if kind == "bare":
-            config = grpo_config(profile, run, [w for _, w in rewards], log_completions=False, save_strategy="no")
+            config = grpo_config(profile, run, log_completions=False, save_strategy="no")
             callbacks = [timer]
         else:
-            config = grpo_config(profile, run, [w for _, w in rewards])
+            config = grpo_config(profile, run)
             callbacks = [DashboardCallback(run, live=False, print_fn=lambda _: None), RunLogCallback(run),
                          TimeBudgetCallback(60), timer]
         trainer = GRPOTrainer(model=model, processing_class=tok, reward_funcs=[f for f, _ in rewards],

@@ -53,7 +53,7 @@ def _gsm8k_solutions(limit: int = 2000) -> list[tuple[str, str]]:
 
 def build_completions(n: int, seed: int = 0) -> tuple[list[str], list[str], list[list[int]], list, str]:
     """``(completions, answers, fake completion_ids, prompts, source)``."""
-    from helpers.tasks import generate_arithmetic
+    from helpers.tasks.arithmetic import generate_arithmetic
 
     rng = random.Random(seed)
     arith = generate_arithmetic(500, "add2", seed=seed)
@@ -131,7 +131,7 @@ def main() -> int:
 
     from trl.rewards import accuracy_reward, get_repetition_penalty_reward, get_soft_overlong_punishment
 
-    from helpers import rewards as R
+    from helpers.tasks import reasoning as R
 
     log(f"building {args.n} completions")
     comps, answers, ids, prompts, source = build_completions(args.n)
@@ -139,7 +139,7 @@ def main() -> int:
     funcs = [
         R.strict_format_reward, R.soft_format_reward, R.xmlcount_reward, R.correctness_reward,
         R.numeric_answer_reward, R.partial_correctness_reward, R.prefilled_strict_format_reward,
-        R.get_target_length_reward(200, unit="tokens"), get_repetition_penalty_reward(),
+        get_repetition_penalty_reward(),
         get_soft_overlong_punishment(256, 64),
     ]
     result: dict = {"n_completions": args.n, "batch": args.batch, "source": source,

@@ -39,6 +39,12 @@ def _rows(rows: Any) -> list[dict[str, Any]]:
     return rows.to_list() if hasattr(rows, "to_list") else [dict(r) for r in rows]
 
 
+def _mean_applied(values: list[float]) -> float | None:
+    """The mean of the values a reward gave (NaN: it returned None, "does not apply"); None when it never applied."""
+    applied = [x for x in values if not math.isnan(x)]
+    return sum(applied) / len(applied) if applied else None
+
+
 def score(completions: Sequence[Sequence[str]], rows: Any, task: Task, prefill: str = "",
           rewards: Sequence[Callable] = (), tokenizer: Any = None) -> dict[str, Any]:
     """Score sampled completions (one list per row) with the task's metrics, and the ``rewards`` as TRL calls
@@ -63,8 +69,7 @@ def score(completions: Sequence[Sequence[str]], rows: Any, task: Task, prefill: 
     summary: dict[str, Any] = {m: sum(r.get(m, 0.0) for r in out) / max(1, len(out)) for m in metrics}
     summary["mean_length"] = summary.pop("length", 0.0)
     summary.update(n_prompts=len(rows), n_completions=len(out),
-                   rewards={n: (sum(x for x in v if not math.isnan(x)) / max(1, sum(not math.isnan(x) for x in v)))
-                            for n, v in scores.items()})
+                   rewards={n: _mean_applied(v) for n, v in scores.items()})
     return {"summary": summary, "rows": out}
 
 

@@ -63,7 +63,7 @@ def preflight_warnings(hw: Hardware, profile: Profile, spec: ModelSpec) -> list[
                         "helpers.training.precision picks fp16 from the compute capability."))
         if spec.fp32_on_t4:
             out.append(Trap("gemma-fp16", f"{spec.key} overflows in fp16, so Unsloth runs it in float32 on this GPU "
-                            "(~57 s per step on a T4).",
+                            "(reported ~57 s per step on a T4; not measured here).",
                             "Expect slow steps, or pick COURSE_MODEL=qwen2.5-1.5b for fp16-safe speed."))
         if profile.use_vllm:
             out.append(Trap("vllm-t4", "vLLM releases differ on a T4 (sm_75); some fail to start.",

@@ -54,7 +54,8 @@ MODELS: dict[str, ModelSpec] = {m.key: m for m in [
     ModelSpec("qwen2.5-3b", "Qwen/Qwen2.5-3B-Instruct", "unsloth/Qwen2.5-3B-Instruct", 3.0, t4_vram_gb=11.0,
               notes="Fits a T4 in 4-bit; Unsloth's published T4 run: 250 steps in 1h40m."),
     ModelSpec("gemma3-1b", "google/gemma-3-1b-it", "unsloth/gemma-3-1b-it", 1.0, fp32_on_t4=True, t4_vram_gb=6.0,
-              notes="Gemma 3 overflows in fp16, so on a T4 (no bf16) Unsloth runs it in float32: ~57 s/step. "
+              notes="Gemma 3 overflows in fp16, so on a T4 (no bf16) Unsloth runs it in float32: several times "
+                    "slower (reported ~57 s/step; not measured here). "
                     "Its template folds the system prompt into the first user turn."),
     ModelSpec("qwen3-1.7b", "Qwen/Qwen3-1.7B", "unsloth/Qwen3-1.7B", 1.7, t4_vram_gb=8.0,
               chat_template_kwargs={"enable_thinking": False},
@@ -265,6 +266,11 @@ def get_profile(name: str | None = None, **overrides: object) -> Profile:
         warnings.warn(f"Profile {name!r} generates with vLLM, but vLLM is not installed: using it without vLLM "
                       "(generation through transformers: slower, the same results).", stacklevel=2)
         overrides["use_vllm"] = False
+    budget = overrides.get("time_budget_minutes")
+    if budget and "fallback_minutes" not in overrides:  # a shorter budget shortens the fallback with it
+        overrides["fallback_minutes"] = min(profile.fallback_minutes, float(budget))
+    if "eval_rows" in overrides and "eval_prompts" not in overrides:
+        overrides["eval_prompts"] = min(profile.eval_prompts, int(overrides["eval_rows"]))
     key = str(overrides.get("task", profile.task))
     task = get_task(key)
     settings = task.settings(profile) if key != profile.task else {}

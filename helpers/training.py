@@ -106,8 +106,9 @@ def check_config(config: Any, profile: Profile, capability: tuple[int, int] | No
         if not on_gpu:
             errors.append("use_vllm=True on a CPU profile: vLLM needs a CUDA GPU. Set use_vllm=False.")
         elif not (installed("vllm") if vllm_installed is None else vllm_installed):
-            errors.append("use_vllm=True but vLLM is not installed: `pip install grpo-course[vllm]` and restart the "
-                          "runtime, or set use_vllm=False (slower generation, the same results).")
+            errors.append("use_vllm=True but vLLM is not installed. Set use_vllm=False (and fast_inference=False when "
+                          "loading): slower generation, the same results. The Colab install leaves vLLM out (vllm "
+                          "0.19.1 needs torch 2.10); on a workstation with torch 2.10, `pip install -e '.[gpu,vllm]'`.")
     if errors:
         raise TrainingConfigError(errors[0] if len(errors) == 1 else "Fix these settings:\n- " + "\n- ".join(errors))
 

@@ -20,14 +20,14 @@ def reward_playground(rewards: Any, text: str = "", answer: str | None = None, *
     ``answer`` is editable; other dataset columns (``schema=...``) are passed to the rewards as they are."""
     import ipywidgets as W
 
-    box = W.Textarea(value=text, placeholder="Type a completion...", layout=W.Layout(width="100%", height="140px"))
+    box = W.Textarea(value=text, placeholder="Type a completion...", layout=W.Layout(width="auto", height="140px"))
     gold = W.Text(value=answer or "", description="answer:")
     out = W.HTML()
 
     def refresh(*_: Any) -> None:
         table = score_table([box.value], rewards, answer=[gold.value or None], **{k: [v] for k, v in columns.items()})
         scores = table.drop(columns=["completion"]).T
-        out.value = "<pre>" + html.escape(scores.to_string(header=False, float_format=lambda v: f"{v:.3f}")) + "</pre>"
+        out.value = "<pre style='line-height:1.3'>" + html.escape(scores.to_string(header=False, float_format=lambda v: f"{v:.3f}")) + "</pre>"
 
     box.observe(refresh, names="value")
     gold.observe(refresh, names="value")

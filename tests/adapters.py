@@ -11,11 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from helpers.prompts import build_prompt
+from helpers.tasks.reasoning import SYSTEM_PROMPT
 
-#: Held-out style prompts (system + user, as the dataset holds them) and their gold answers.
+#: Held-out style prompts (system + user, as the arithmetic task's dataset holds them) and their gold answers.
 QUESTIONS = ["What is 23 + 19?", "What is 7 + 5?", "What is 40 + 15?", "What is 3 + 4?"]
 ANSWERS = ["42", "12", "55", "7"]
-PROMPTS = [build_prompt(q) for q in QUESTIONS]
+PROMPTS = [build_prompt(q, SYSTEM_PROMPT) for q in QUESTIONS]
+#: The same as dataset rows, the shape helpers.evaluation reads.
+ROWS = [{"question": q, "answer": a, "prompt": p} for q, a, p in zip(QUESTIONS, ANSWERS, PROMPTS)]
 
 
 def perturb(model: Any, adapter: str = "default", seed: int = 0, std: float = 0.02) -> Any:

@@ -6,7 +6,6 @@ import functools
 import json
 import os
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 

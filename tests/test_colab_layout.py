@@ -28,7 +28,7 @@ import nbval.plugin as nbval_plugin
 import pytest
 from nbclient.exceptions import CellExecutionError
 
-from helpers.config import get_profile
+from helpers.profiles import get_profile
 
 pytestmark = pytest.mark.slow  # runs notebooks 03 and 04 on the bundled model (~100 s on 2 cores)
 

@@ -2,7 +2,7 @@
 exists in the pinned versions, GPU-only cells included (no machine here runs those).
 
 The calls are found by parsing the code (``ast``): every notebook's code cells and every module of
-``helpers``. Signatures come from the installed packages, read in the contract environment where
+``helpers``, its ``tasks`` package included. Signatures come from the installed packages, read in the contract environment where
 Unsloth imports on a CPU (``tests/contract_probe.py``); vLLM, which cannot be installed without a
 GPU, from the record of its pinned wheel (``tests/fixtures/vllm_*_signatures.json``). A keyword must
 be a named parameter, not one swallowed by ``**kwargs``.
@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers.config import MODELS, PROFILES, get_model_spec, project_root
+from helpers.profiles import MODELS, PROFILES, get_model_spec, get_profile
+from helpers.runs import project_root
 from tools.course import course_notebooks
 
 from .contract import signatures
@@ -57,7 +58,7 @@ VLLM_TARGETS = {"SamplingParams": "vllm:SamplingParams", "LoRARequest": "vllm.lo
 
 def sources() -> dict[str, str]:
     out = {f"notebooks/{p.name}": notebook_code(p) for p in course_notebooks()}
-    out.update({f"helpers/{p.name}": p.read_text() for p in sorted((ROOT / "helpers").glob("*.py"))})
+    out.update({str(p.relative_to(ROOT)): p.read_text() for p in sorted((ROOT / "helpers").rglob("*.py"))})
     return out
 
 
@@ -111,6 +112,16 @@ def test_the_calls_a_learner_must_learn_are_found():
         assert ("notebooks", key) in seen, f"no notebook calls {key}: the contract would check nothing"
 
 
+def test_every_helpers_module_is_read():
+    read = {where for where in sources() if where.startswith("helpers/")}
+    assert {"helpers/training.py", "helpers/models.py", "helpers/generation.py", "helpers/tasks/orders.py"} <= read
+    seen = {(where, key) for where, _, key, _, _ in found_calls()}
+    for where, key in [("helpers/models.py", "FastLanguageModel.from_pretrained"), ("helpers/models.py", "LoraConfig"),
+                       ("helpers/training.py", "GRPOTrainer"), ("helpers/training.py", "SFTTrainer"),
+                       ("helpers/generation.py", "SamplingParams"), ("helpers/generation.py", "LoRARequest")]:
+        assert (where, key) in seen, f"{where} no longer calls {key}? The contract would check nothing there"
+
+
 def test_notebook_calls_spell_out_their_keywords():
     hidden = [f"{w}:{line} {key}" for w, line, key, _, star in found_calls() if star and w.startswith("notebooks")]
     assert not hidden, f"these calls pass **kwargs, so nobody can check them: {hidden}"
@@ -157,23 +168,30 @@ class Recorder:
         return None
 
 
-@pytest.mark.parametrize("profile", list(PROFILES.values()), ids=lambda p: p.name)
+@pytest.mark.parametrize("task", ["arithmetic", "json"])
+@pytest.mark.parametrize("name", list(PROFILES), ids=str)
 @pytest.mark.parametrize("capability", [(7, 5), (8, 0)], ids=["t4", "a100"])
-def test_the_save_points_build_configs_the_installed_trl_accepts(info, profile, capability, monkeypatch, tmp_path):
-    """helpers.training builds GRPOConfig from a dict (overrides on top): check what it really passes."""
+def test_the_save_points_build_configs_the_installed_trl_accepts(info, name, task, capability, monkeypatch,
+                                                                 tmp_path):
+    """helpers.training builds GRPOConfig and SFTConfig from dicts (overrides on top): check what it really
+    passes, for every profile, task and model (Unsloth's GRPOConfig and SFTConfig, as on a GPU)."""
     import trl
 
-    from helpers.training import grpo_config
+    from helpers.training import grpo_config, sft_kwargs
 
     monkeypatch.setattr(trl, "GRPOConfig", Recorder)
     monkeypatch.setattr("helpers.training.check_config", lambda *a, **k: None)
+    profile = get_profile(name, task=task, use_vllm=PROFILES[name].use_vllm)
     models = [profile.model] if profile.backend != "unsloth" else [k for k, s in MODELS.items() if s.unsloth_id]
     for model in models:
         p = profile.with_overrides(model=model)
-        kwargs = grpo_config(p, tmp_path, [1.0], capability=capability if p.backend == "unsloth" else None).kwargs
+        cap = capability if p.backend == "unsloth" else None
+        kwargs = grpo_config(p, tmp_path, capability=cap).kwargs
         unknown = sorted(set(kwargs) - set(info["targets"]["trl:GRPOConfig"]["params"]))
         assert not unknown, f"{p.name}/{model}: GRPOConfig has no {unknown}"
         assert kwargs["chat_template_kwargs"] == (get_model_spec(model).chat_template_kwargs or None)
+        unknown = sorted(set(sft_kwargs(p, tmp_path, cap)) - set(info["targets"]["trl:SFTConfig"]["params"]))
+        assert not unknown, f"{p.name}/{model}: SFTConfig has no {unknown}"
 
 
 def test_unsloth_writes_gguf_files_where_collect_gguf_looks(tmp_path):

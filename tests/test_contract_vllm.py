@@ -19,6 +19,8 @@ from helpers.generation import SamplingSettings, generate
 
 from .test_contract_calls import recorded_vllm
 
+pytestmark = pytest.mark.contract
+
 
 def accepts(target: str, kwargs: dict) -> None:
     params = set(recorded_vllm()["targets"][target]["params"])

@@ -22,18 +22,29 @@ pytestmark = pytest.mark.contract
 ROOT = Path(__file__).resolve().parents[1]
 
 SCRIPT = textwrap.dedent('''
-    import json, ipywidgets
+    import json, re, ipywidgets
     import pandas as pd
     from helpers.explorer import render_step
-    from helpers.rewards import get_preset
+    from helpers.tasks import get_task
+    from helpers.tasks.arithmetic import PRESETS
     from helpers.widgets import chat_box, completions_explorer, reward_playground
 
     out = {"ipywidgets": ipywidgets.__version__}
-    box = reward_playground(get_preset("arithmetic"), text="x", answer="35")
+    box = reward_playground(PRESETS["arithmetic"], text="x", answer="35")
     gold, text, view = box.children
     before = view.value
     text.value = "18 + 17 = 35\\n</reasoning>\\n<answer>\\n35\\n</answer>"
     out["playground_updates"] = view.value != before and "3.250" in view.value
+    gold.value = "36"
+    out["playground_follows_the_answer"] = re.search(r"total\\s+0\\.750", view.value) is not None  # format alone
+
+    orders = get_task("json")
+    row = orders.make_rows("orders", 1, 0)[0]
+    box = reward_playground(orders.rewards, text="x", answer=row["answer"], schema=row["schema"])
+    gold, text, view = box.children
+    text.value = row["answer"][len(orders.prefill):]  # what the model writes after the template's prefill
+    out["json_playground_gets_the_schema"] = (re.search(r"prefilled_schema_valid_reward\\s+1\\.000", view.value)
+                                              is not None and re.search(r"total\\s+4\\.000", view.value) is not None)
 
     df = pd.DataFrame({"step": [1, 1, 2, 2], "prompt": ["p"] * 4, "completion": ["a", "b", "c", "d"],
                        "correctness_reward": [0.0, 2.0, 2.0, 2.0], "advantage": [-0.7, 0.7, 0.0, 0.0],
@@ -45,13 +56,18 @@ SCRIPT = textwrap.dedent('''
     class Model:  # enough of a model for helpers.generation's path to be replaced below
         pass
     import helpers.generation as g
-    g.generate = lambda model, tok, prompts, settings, **kw: [["2 + 2 = 4"] for _ in prompts]
-    import helpers.widgets as w
-    row, transcript_view = chat_box(Model(), None, None).children
+    asked = []
+    def fake_generate(model, tok, prompts, settings, **kw):
+        asked.extend(prompts)
+        return [["2 + 2 = 4"] for _ in prompts]
+    g.generate = fake_generate
+    row, transcript_view = chat_box(Model(), None, None, system_prompt="Be brief.").children
     question, send = row.children
     question.value = "What is 2 + 2?"
     send.click()
     out["chat_answers"] = "2 + 2 = 4" in transcript_view.value and question.value == ""
+    # no chat template here, so no system role: the system prompt is folded into the user turn
+    out["chat_sends_the_system_prompt"] = asked == [[{"role": "user", "content": "Be brief.\\n\\nWhat is 2 + 2?"}]]
     print("WIDGETS-JSON " + json.dumps(out))
 ''')
 

@@ -1,78 +1,100 @@
-"""helpers.evaluation: scoring hand-written completions, every side of one PEFT model, the tables, eval.json."""
+"""helpers.evaluation: one path for every task. Scoring hand-written completions with the task's own metrics
+(arithmetic and JSON orders), every side of one PEFT model, the tables, pass@k, eval.json."""
 
 import contextlib
+import itertools
+import json
 import math
+from fractions import Fraction
 
 import pytest
 
-from helpers.config import get_profile
 from helpers.evaluation import (
-    SUMMARY_KEYS,
     comparison_table,
     eval_settings,
+    evaluate,
     evaluate_adapters,
-    score_completions,
+    pass_at_k,
+    pass_at_k_curve,
+    score,
     side_by_side,
     write_eval,
 )
 from helpers.generation import SamplingSettings
-from helpers.rewards import correctness_reward, get_preset, prefilled_strict_format_reward
+from helpers.profiles import get_profile
 from helpers.runs import read_json
+from helpers.tasks import get_task
+from helpers.tasks.orders import JSON_PREFILL, make_schema
+from helpers.tasks.reasoning import PREFILL, correctness_reward, extract_answer, prefilled_strict_format_reward
 
-from .adapters import ANSWERS, PROMPTS, add_perturbed_adapter, perturbed_lora_model
+from .adapters import PROMPTS, ROWS, add_perturbed_adapter, perturbed_lora_model
 
+ARITHMETIC, ORDERS = get_task("arithmetic"), get_task("json")
 GOOD = "<reasoning>\n23 + 19 = 42\n</reasoning>\n<answer>\n42\n</answer>"
 WRONG = "<reasoning>\n23 + 19 = 41\n</reasoning>\n<answer>\n41\n</answer>"
 UNFORMATTED = "The answer is <answer>42</answer>"
-PREFILL = "<reasoning>\n"
+SCHEMA = json.dumps(make_schema(["name", "quantity"]))
+GOLD = '{"name": "Ava", "quantity": 2}'
+
+
+def rows(*answers, **columns):
+    return [{"answer": a, **{k: v for k, v in columns.items()}} for a in answers]
+
+
+# --------------------------------------------------------------------------- score: the arithmetic task
 
 
 def test_accuracy_needs_the_right_answer_in_the_format():
-    res = score_completions([[GOOD], [WRONG], [UNFORMATTED]], ["42", "42", "42"])
+    res = score([[GOOD], [WRONG], [UNFORMATTED]], rows("42", "42", "42"), ARITHMETIC)
     s = res["summary"]
-    assert set(SUMMARY_KEYS) <= set(s)
     assert s["accuracy"] == pytest.approx(1 / 3)
-    assert s["format_rate"] == pytest.approx(2 / 3)
-    assert s["correct_rate"] == pytest.approx(2 / 3)  # the third is right, badly formatted
+    assert s["format"] == pytest.approx(2 / 3)
+    assert s["correct"] == pytest.approx(2 / 3)  # the third is right, badly formatted
     assert (s["n_prompts"], s["n_completions"]) == (3, 3)
-    assert [r["extracted"] for r in res["rows"]] == ["42", "41", "42"]
-    assert [(r["correct"], r["format"], r["accurate"]) for r in res["rows"]] == [
-        (True, True, True), (False, True, False), (True, False, False)]
+    assert list(s) == ["accuracy", "correct", "format", "mean_length", "n_prompts", "n_completions", "rewards"]
+    assert [(r["correct"], r["format"], r["accuracy"]) for r in res["rows"]] == [
+        (1.0, 1.0, 1.0), (0.0, 1.0, 0.0), (1.0, 0.0, 0.0)]
+    assert [extract_answer(r["completion"]) for r in res["rows"]] == ["42", "41", "42"]
+    assert [(r["index"], r["answer"]) for r in res["rows"]] == [(0, "42"), (1, "42"), (2, "42")]
 
 
 def test_the_prefill_counts_toward_format_and_answer():
     body = GOOD[len(PREFILL):]  # what the model generates after the template's prefill
-    with_prefill = score_completions([[body]], ["42"], prefill=PREFILL)
+    with_prefill = score([[body]], rows("42"), ARITHMETIC, prefill=PREFILL)
     assert with_prefill["summary"]["accuracy"] == 1.0
     assert with_prefill["rows"][0]["completion"] == body  # the row keeps what the model wrote
-    without = score_completions([[body]], ["42"])["summary"]
-    assert without["format_rate"] == 0.0 and without["correct_rate"] == 1.0
-    twice = score_completions([[GOOD]], ["42"], prefill=PREFILL)["summary"]  # the tag written again
-    assert twice["format_rate"] == 0.0
+    without = score([[body]], rows("42"), ARITHMETIC)["summary"]
+    assert without["format"] == 0.0 and without["correct"] == 1.0
+    twice = score([[GOOD]], rows("42"), ARITHMETIC, prefill=PREFILL)["summary"]  # the tag written again
+    assert twice["format"] == 0.0
 
 
 def test_answers_match_by_the_rewards_rule():
-    res = score_completions([["<answer>$1,080.00</answer>"], ["<answer>Paris</answer>"], ["<answer>42"]],
-                            ["1080", "Paris", "42"])
-    assert [r["correct"] for r in res["rows"]] == [True, True, False]  # the last answer block is cut off
+    res = score([["<answer>$1,080.00</answer>"], ["<answer>Paris</answer>"], ["<answer>42"]],
+                rows("1080", "Paris", "42"), ARITHMETIC)
+    assert [r["correct"] for r in res["rows"]] == [1.0, 1.0, 0.0]  # the last answer block is cut off
+    gold = [2.0 if r["correct"] else 0.0 for r in res["rows"]]  # the same rule as the correctness reward
+    assert correctness_reward([r["completion"] for r in res["rows"]], answer=["1080", "Paris", "42"]) == gold
 
 
-def test_rewards_see_trl_completions_and_their_means_skip_none():
+def test_rewards_see_trl_completions_and_every_column_and_their_means_skip_none():
     seen = []
 
     def recording_reward(completions, answer, **kwargs):
-        seen.append((completions, answer))
+        seen.append((completions, answer, kwargs))
         return [None, 1.0]
 
     def never_applies_reward(completions, **kwargs):
         return [None] * len(completions)
 
     body = GOOD[len(PREFILL):]
-    s = score_completions([[body, "x"]], ["42"], prefill=PREFILL,
-                          reward_funcs=[recording_reward, never_applies_reward, prefilled_strict_format_reward,
-                                        correctness_reward])["summary"]
+    data = [{"answer": "42", "question": "What is 23 + 19?", "level": "add2", "prompt": [{"role": "user"}]}]
+    s = score([[body, "x"]], data, ARITHMETIC, prefill=PREFILL,
+              rewards=[recording_reward, never_applies_reward, prefilled_strict_format_reward,
+                       correctness_reward])["summary"]
+    # conversational, without the prefill, one value of every column but the prompt per completion
     assert seen == [([[{"role": "assistant", "content": body}], [{"role": "assistant", "content": "x"}]],
-                     ["42", "42"])]  # conversational, without the prefill, one answer per completion
+                     ["42", "42"], {"question": ["What is 23 + 19?"] * 2, "level": ["add2"] * 2})]
     assert s["rewards"] == {"recording_reward": 1.0, "never_applies_reward": None,
                             "prefilled_strict_format_reward": 0.5, "correctness_reward": 1.0}
 
@@ -81,14 +103,22 @@ def test_lengths_are_tokens_with_a_tokenizer_else_words():
     from helpers.models import load_tokenizer
 
     tok = load_tokenizer(get_profile("cpu-smoke"))
-    rows = score_completions([[GOOD, "two words"]], ["42"], tokenizer=tok)["rows"]
-    assert [r["length"] for r in rows] == [len(tok(GOOD, add_special_tokens=False)["input_ids"]), 2]
-    assert [r["length"] for r in score_completions([[GOOD]], ["42"])["rows"]] == [len(GOOD.split())]
+    out = score([[GOOD, "two words"]], rows("42"), ARITHMETIC, tokenizer=tok)
+    assert [r["length"] for r in out["rows"]] == [len(tok(GOOD, add_special_tokens=False)["input_ids"]), 2]
+    assert out["summary"]["mean_length"] == pytest.approx((out["rows"][0]["length"] + 2) / 2)
+    assert [r["length"] for r in score([[GOOD]], rows("42"), ARITHMETIC)["rows"]] == [len(GOOD.split())]
 
 
-def test_one_completion_list_per_answer():
-    with pytest.raises(ValueError, match="2 completion lists for 1 answers"):
-        score_completions([[GOOD], [GOOD]], ["42"])
+def test_one_completion_list_per_row():
+    with pytest.raises(ValueError, match="2 completion lists for 1 rows"):
+        score([[GOOD], [GOOD]], rows("42"), ARITHMETIC)
+
+
+def test_rows_may_be_a_dataset_split():
+    from datasets import Dataset
+
+    split = Dataset.from_list(rows("42", "41"))
+    assert score([[GOOD], [GOOD]], split, ARITHMETIC)["summary"]["accuracy"] == 0.5
 
 
 def test_eval_settings_are_greedy_with_the_profile_length_and_seed():
@@ -96,9 +126,65 @@ def test_eval_settings_are_greedy_with_the_profile_length_and_seed():
     assert eval_settings(p) == SamplingSettings(max_new_tokens=p.max_completion_length, temperature=0.0,
                                                 num_return_sequences=1, seed=p.seed)
     assert eval_settings(p, temperature=0.7, num_return_sequences=4).num_return_sequences == 4
+    assert eval_settings(get_profile("cpu-smoke", task="json")).max_new_tokens == 40  # the task's own length
 
 
-# --------------------------------------------------------------------------- sides, with a fake PEFT model
+# --------------------------------------------------------------------------- score: the JSON orders task
+
+
+def test_json_metrics_judge_prefill_plus_completion():
+    completions = [['name": "Ava", "quantity": 2}'],          # exact
+                   ['name": "Ava", "quantity": "2"}'],        # valid JSON, fails the schema, one field right
+                   ['name": "Ava", "quantity": 2} thanks'],   # exact, but not clean
+                   ['name": "Ava", "quantity": 2']]           # cut off
+    res = score(completions, rows(*[GOLD] * 4, schema=SCHEMA), ORDERS, prefill=JSON_PREFILL)
+    s = res["summary"]
+    assert s["valid_json"] == 0.75 and s["clean_json"] == 0.5
+    assert s["schema_valid"] == 0.5 and s["exact_match"] == 0.5
+    assert (s["field: name"], s["field: quantity"]) == (0.75, 0.5)
+    assert s["field_rate"] == pytest.approx((1 + 0.5 + 1 + 0) / 4)
+    assert (s["n_prompts"], s["n_completions"]) == (4, 4)
+    assert [r["exact_match"] for r in res["rows"]] == [1.0, 0.0, 1.0, 0.0]
+    # without the prefill nothing parses: the template wrote the '{"' the completion continues
+    assert score(completions, rows(*[GOLD] * 4, schema=SCHEMA), ORDERS)["summary"]["valid_json"] == 0.0
+
+
+def test_json_rewards_get_the_schema_column_and_several_completions_per_prompt():
+    body = GOLD[len(JSON_PREFILL):]
+    res = score([[body, '"}']], rows(GOLD, schema=SCHEMA), ORDERS, prefill=JSON_PREFILL,
+                rewards=[f for f, _ in ORDERS.rewards])
+    s = res["summary"]
+    assert s["n_completions"] == 2 and [r["exact_match"] for r in res["rows"]] == [1.0, 0.0]
+    assert s["rewards"]["prefilled_schema_valid_reward"] == 0.5  # 1.0 and 0.0: the schema reached the reward
+    assert s["rewards"]["prefilled_exact_match_reward"] == 0.5
+    assert [r["rewards"]["prefilled_field_match_reward"] for r in res["rows"]] == [1.0, 0.0]
+
+
+# --------------------------------------------------------------------------- evaluate, evaluate_adapters: faked model
+
+
+def fake_generate_from(answer_of):
+    """A stand-in for helpers.generation.generate: what ``answer_of(model)`` says, for every prompt."""
+    calls = []
+
+    def fake_generate(model, tok, prompts, settings, batch_size=16, adapter=None, chat_template_kwargs=None):
+        calls.append((answer_of(model), adapter, chat_template_kwargs, list(prompts)))
+        return [[answer_of(model)] * settings.num_return_sequences for _ in prompts]
+
+    return fake_generate, calls
+
+
+def test_evaluate_samples_every_rows_prompt_and_scores_after_the_templates_prefill(monkeypatch):
+    from helpers.models import load_tokenizer
+
+    fake, calls = fake_generate_from(lambda model: GOOD[len(PREFILL):])
+    monkeypatch.setattr("helpers.evaluation.generate", fake)
+    tok = load_tokenizer(get_profile("cpu-smoke"))  # its template prefills "<reasoning>\n"
+    res = evaluate(object(), tok, ROWS, ARITHMETIC, SamplingSettings(num_return_sequences=2), adapter="/a",
+                   rewards=[correctness_reward], chat_template_kwargs={"enable_thinking": False})
+    assert calls[0][1:] == ("/a", {"enable_thinking": False}, PROMPTS)
+    assert res["summary"]["accuracy"] == 0.25  # right for the first row (42) only
+    assert res["summary"]["n_completions"] == 2 * len(ROWS) and res["summary"]["rewards"]["correctness_reward"] == 0.5
 
 
 class FakePeft:
@@ -123,27 +209,41 @@ class FakePeft:
             self.disabled = False
 
 
+def live(model):
+    return "base" if model.disabled else model.active
+
+
 def test_each_side_runs_with_its_adapter_and_the_base_with_lora_off(monkeypatch):
-    calls = []
-
-    def fake_generate(model, tok, prompts, settings, batch_size=16, adapter=None, chat_template_kwargs=None):
-        live = "base" if model.disabled else model.active
-        calls.append((live, adapter, chat_template_kwargs))
-        return [[f"<answer>{42 if live == 'default' else 0}</answer>"] for _ in prompts]
-
-    monkeypatch.setattr("helpers.evaluation.generate", fake_generate)
+    fake, calls = fake_generate_from(lambda m: f"<answer>{42 if live(m) == 'default' else 0}</answer>")
+    monkeypatch.setattr("helpers.evaluation.generate", fake)
     lines = []
     model = FakePeft()
-    res = evaluate_adapters(model, None, PROMPTS[:2], ["42", "42"], SamplingSettings(max_new_tokens=4),
+    res = evaluate_adapters(model, None, ROWS[:2], ARITHMETIC, SamplingSettings(max_new_tokens=4),
                             {"after GRPO": "default", "base": None, "after warm-up": "warmup"},
                             chat_template_kwargs={"enable_thinking": False}, progress=lines.append)
-    assert calls == [("default", None, {"enable_thinking": False}), ("base", None, {"enable_thinking": False}),
-                     ("warmup", None, {"enable_thinking": False})]
+    assert [c[:3] for c in calls] == [("<answer>42</answer>", None, {"enable_thinking": False}),
+                                      ("<answer>0</answer>", None, {"enable_thinking": False}),
+                                      ("<answer>0</answer>", None, {"enable_thinking": False})]
     assert list(res["sides"]) == ["after GRPO", "base", "after warm-up"]
-    assert [res["sides"][k]["summary"]["correct_rate"] for k in res["sides"]] == [1.0, 0.0, 0.0]
+    assert [res["sides"][k]["summary"]["correct"] for k in res["sides"]] == [0.5, 0.0, 0.0]  # 42 is row 0's
     assert res["settings"]["max_new_tokens"] == 4 and set(res["seconds"]) == set(res["sides"])
-    assert len(lines) == 3 and lines[1].startswith("base: accuracy 0%")
+    assert len(lines) == 3 and lines[1].startswith("base: accuracy 0%, format 0% (2 prompts")
     assert model.active == "default"  # the adapter that was active before is active again
+
+
+def test_the_json_task_goes_through_the_same_path_with_its_own_headline(monkeypatch):
+    fake, _ = fake_generate_from(lambda m: GOLD if live(m) == "default" else "no idea")
+    monkeypatch.setattr("helpers.evaluation.generate", fake)
+    lines = []
+    data = rows(GOLD, schema=SCHEMA)
+    res = evaluate_adapters(FakePeft(), None, [dict(r, prompt=[]) for r in data], ORDERS, SamplingSettings(),
+                            {"base": None, "after GRPO": "default"}, rewards=[f for f, _ in ORDERS.rewards],
+                            progress=lines.append)
+    assert lines[0].startswith("base: exact_match 0%, schema_valid 0%")
+    assert lines[1].startswith("after GRPO: exact_match 100%, schema_valid 100%")
+    table = comparison_table(res)
+    assert table.loc["exact_match", "gain: after GRPO"] == 1.0
+    assert table.loc["reward: prefilled_exact_match_reward", "base"] == 0.0
 
 
 def test_a_vllm_engine_gets_each_adapter_folder_as_a_lora_request(monkeypatch):
@@ -161,23 +261,24 @@ def test_a_vllm_engine_gets_each_adapter_folder_as_a_lora_request(monkeypatch):
         def set_adapter(self, name):
             raise AssertionError("a vLLM engine switches adapters per request")
 
-    evaluate_adapters(UnslothFast(), None, PROMPTS[:1], ["42"], SamplingSettings(),
+    evaluate_adapters(UnslothFast(), None, ROWS[:1], ARITHMETIC, SamplingSettings(),
                       {"base": None, "GRPO": "default"}, folders={"default": "/run/adapter"}, progress=None)
     assert seen == [None, "/run/adapter"]
 
 
 def test_a_model_without_adapters_is_refused_with_the_fix():
     with pytest.raises(TypeError, match="PeftModel.from_pretrained"):
-        evaluate_adapters(object(), None, PROMPTS, ANSWERS, SamplingSettings(), {"base": None})
+        evaluate_adapters(object(), None, ROWS, ARITHMETIC, SamplingSettings(), {"base": None})
 
 
 # --------------------------------------------------------------------------- tables and eval.json
 
 
 def _results(**accuracies):
-    return {"sides": {side: {"summary": {"accuracy": acc, "format_rate": acc / 2, "correct_rate": acc,
-                                         "mean_length": 10.0 * acc, "rewards": {"correctness_reward": 2 * acc}},
-                             "rows": [{"index": i, "completion": f"{side} line\nnext", "accurate": i % 2 == 0}
+    return {"sides": {side: {"summary": {"accuracy": acc, "correct": acc, "format": acc / 2,
+                                         "mean_length": 10.0 * acc, "n_prompts": 3, "n_completions": 3,
+                                         "rewards": {"correctness_reward": 2 * acc}},
+                             "rows": [{"index": i, "completion": f"{side} line\nnext", "accuracy": float(i % 2 == 0)}
                                       for i in range(3)]}
                       for side, acc in accuracies.items()},
             "settings": {"max_new_tokens": 8}, "seconds": {side: 1.0 for side in accuracies}}
@@ -186,21 +287,34 @@ def _results(**accuracies):
 def test_comparison_table_has_one_column_per_side_and_the_gain_over_the_side_before():
     table = comparison_table(_results(base=0.1, warm=0.3, grpo=0.8))
     assert list(table.columns) == ["base", "warm", "grpo", "gain: warm", "gain: grpo"]
-    assert list(table.index) == ["accuracy", "format_rate", "correct_rate", "mean_length",
-                                 "reward: correctness_reward"]
+    assert list(table.index) == ["accuracy", "correct", "format", "mean_length", "reward: correctness_reward"]
     assert table.loc["accuracy", "gain: warm"] == pytest.approx(0.2)
     assert table.loc["accuracy", "gain: grpo"] == pytest.approx(0.5)
     assert table.loc["reward: correctness_reward", "gain: grpo"] == pytest.approx(1.0)
+
+
+def test_comparison_table_of_the_json_metrics_lists_every_field():
+    a = score([['{"name": "x", "quantity": 2}']], rows(GOLD, schema=SCHEMA), ORDERS)
+    b = score([[GOLD]], rows(GOLD, schema=SCHEMA), ORDERS)
+    table = comparison_table({"sides": {"warm-up": a, "GRPO": b}})
+    assert list(table.index) == ["exact_match", "schema_valid", "valid_json", "clean_json", "field_rate",
+                                 "field: name", "field: quantity", "mean_length"]
+    assert table.loc["exact_match", "gain: GRPO"] == 1.0
+    assert table.loc["field: quantity", "warm-up"] == 1.0 and table.loc["field: name", "warm-up"] == 0.0
 
 
 def test_comparison_table_reads_eval_json_and_leaves_missing_values_empty(tmp_path):
     results = _results(base=0.25, grpo=0.75)
     path = write_eval(tmp_path, results, profile="cpu-smoke")
     assert comparison_table(read_json(path)).equals(comparison_table(results))
-    partial = {"sides": {"base": {"accuracy": 0.5}, "grpo": {"accuracy": 0.75, "format_rate": 1.0}}}
+    partial = {"sides": {"base": {"accuracy": 0.5}, "grpo": {"accuracy": 0.75, "format": 1.0}}}
     table = comparison_table(partial)
     assert table.loc["accuracy", "gain: grpo"] == pytest.approx(0.25)
-    assert table.loc["format_rate", "gain: grpo"] is None or math.isnan(table.loc["format_rate", "gain: grpo"])
+    assert table.loc["format", "gain: grpo"] is None or math.isnan(table.loc["format", "gain: grpo"])
+    never = comparison_table({"sides": {"base": {"accuracy": 0.5, "rewards": {"r": None}},
+                                        "grpo": {"accuracy": 0.5, "rewards": {"r": 1.0}}}})
+    gain = never.loc["reward: r", "gain: grpo"]  # a reward that never applied on one side: no gain
+    assert gain is None or math.isnan(gain)
 
 
 def test_write_eval_keeps_summaries_settings_timings_and_extra(tmp_path):
@@ -212,13 +326,54 @@ def test_write_eval_keeps_summaries_settings_timings_and_extra(tmp_path):
     assert (record["profile"], record["model"]) == ("cpu-smoke", "smollm2-135m")
 
 
-def test_side_by_side_shows_the_first_completion_of_each_side_marked():
-    table = side_by_side(_results(base=0.0, grpo=1.0), ["What is 1 + 1?", "Q2\nsecond line", "Q3"], n=2,
-                         max_chars=12)
+def test_side_by_side_shows_the_first_completion_of_each_side_marked_by_the_metric():
+    table = side_by_side(_results(base=0.0, grpo=1.0), ["What is 1 + 1?", "Q2\nsecond line", "Q3"], "accuracy",
+                         n=2, max_chars=12)
     assert list(table.columns) == ["question", "base", "grpo"] and len(table) == 2
     assert table.loc[0, "base"] == "\u2713 base line \u21b5\u2026"
     assert table.loc[1, "grpo"].startswith("\u2717 grpo line")
     assert table.loc[1, "question"] == "Q2 \u21b5 second line"[:11] + "\u2026"
+    results = score([[UNFORMATTED, GOOD]], rows("42"), ARITHMETIC)  # the first completion of the prompt is shown
+    assert side_by_side({"sides": {"s": results}}, ["q"], "correct").loc[0, "s"].startswith("\u2713 The answer")
+    assert side_by_side({"sides": {"s": results}}, ["q"], "accuracy").loc[0, "s"].startswith("\u2717 The answer")
+
+
+# --------------------------------------------------------------------------- pass@k
+
+
+def brute_force_pass_at_k(n: int, c: int, k: int) -> Fraction:
+    """The share of all k-subsets of n samples (c of them right) holding at least one right sample."""
+    right = [True] * c + [False] * (n - c)
+    subsets = list(itertools.combinations(range(n), k))
+    return Fraction(sum(any(right[i] for i in s) for s in subsets), len(subsets))
+
+
+@pytest.mark.parametrize("n", range(1, 9))
+def test_pass_at_k_is_the_share_of_k_subsets_with_a_right_sample(n):
+    for c in range(n + 1):
+        for k in range(1, n + 1):
+            assert pass_at_k(n, c, k) == pytest.approx(float(brute_force_pass_at_k(n, c, k)), abs=1e-12), (n, c, k)
+
+
+def test_pass_at_k_refuses_impossible_arguments():
+    for n, c, k in [(4, 1, 0), (4, 1, 5), (4, 5, 1), (4, -1, 1)]:
+        with pytest.raises(ValueError, match="1 <= k <= n"):
+            pass_at_k(n, c, k)
+
+
+def test_pass_at_k_curve_averages_over_prompts_by_the_chosen_metric():
+    groups = [[GOOD, WRONG, WRONG, UNFORMATTED], [WRONG] * 4, [GOOD, GOOD, UNFORMATTED, WRONG]]
+    side = score(groups, rows("42", "42", "42"), ARITHMETIC)
+    accuracy = pass_at_k_curve(side, "accuracy")  # right and in the format: 1, 0 and 2 of 4
+    assert list(accuracy) == [1, 2, 3, 4]
+    for k, value in accuracy.items():
+        expected = sum(brute_force_pass_at_k(4, c, k) for c in (1, 0, 2)) / 3
+        assert value == pytest.approx(float(expected))
+    assert accuracy[1] == pytest.approx(side["summary"]["accuracy"])  # pass@1 is the mean
+    correct = pass_at_k_curve(side, "correct")  # the unformatted answers count: 2, 0 and 3 of 4
+    assert correct[4] == pytest.approx(2 / 3) and correct[2] > accuracy[2]
+    uneven = score([[GOOD, WRONG, WRONG], [WRONG, GOOD]], rows("42", "42"), ARITHMETIC)
+    assert list(pass_at_k_curve(uneven, "accuracy")) == [1, 2]  # k up to the smallest group
 
 
 # --------------------------------------------------------------------------- slow: one PEFT model, two adapters
@@ -233,9 +388,9 @@ def test_evaluate_adapters_on_a_peft_model_with_two_adapters():
     model, tok = perturbed_lora_model(profile, seed=0)
     add_perturbed_adapter(model, "warmup", seed=1)
     settings = eval_settings(profile)
-    rewards = [f for f, _ in get_preset(profile.reward_preset, prefill=profile.prefill)]
+    rewards = [f for f, _ in ARITHMETIC.rewards_for(profile.task_level)]
     sides = {"base": None, "after warm-up": "warmup", "after GRPO": "default"}
-    res = evaluate_adapters(model, tok, PROMPTS, ANSWERS, settings, sides, reward_funcs=rewards, progress=None)
+    res = evaluate_adapters(model, tok, ROWS, ARITHMETIC, settings, sides, rewards=rewards, progress=None)
 
     texts = {side: [r["completion"] for r in res["sides"][side]["rows"]] for side in sides}
     assert len({tuple(t) for t in texts.values()}) == 3  # the three sides differ
@@ -248,7 +403,31 @@ def test_evaluate_adapters_on_a_peft_model_with_two_adapters():
         summary = res["sides"][side]["summary"]
         assert summary["n_completions"] == len(PROMPTS) and summary["mean_length"] > 0
         assert set(summary["rewards"]) == {f.__name__ for f in rewards}
+        for row in res["sides"][side]["rows"]:  # scored on the prefill + what the model wrote
+            assert {k: row[k] for k in ("accuracy", "correct", "format")} == ARITHMETIC.score(
+                PREFILL + row["completion"], ROWS[row["index"]])
 
-    again = evaluate_adapters(model, tok, PROMPTS, ANSWERS, settings, dict(reversed(sides.items())),
+    again = evaluate_adapters(model, tok, ROWS, ARITHMETIC, settings, dict(reversed(sides.items())),
                               progress=None)  # the order of the sides changes nothing
     assert {s: [r["completion"] for r in again["sides"][s]["rows"]] for s in sides} == texts
+
+
+@pytest.mark.slow
+def test_evaluate_the_json_task_on_the_bundled_model():
+    from helpers.generation import generate
+    from helpers.models import load_model
+    from helpers.prompts import build_prompt
+
+    profile = get_profile("cpu-smoke", task="json")
+    model, tok = load_model(profile, lora=False)
+    data = [dict(r, prompt=build_prompt(r["question"], ORDERS.system_prompt_for(r)))
+            for r in ORDERS.make_rows(profile.task_level, 2, seed=0)]
+    settings = eval_settings(profile)
+    res = evaluate(model, tok, data, ORDERS, settings, rewards=[f for f, _ in ORDERS.rewards])
+    assert [r["completion"] for r in res["rows"]] == [o[0] for o in generate(model, tok, [r["prompt"] for r in data],
+                                                                             settings)]
+    for row in res["rows"]:
+        metrics = ORDERS.score(JSON_PREFILL + row["completion"], data[row["index"]])
+        assert {k: row[k] for k in metrics} == metrics
+    assert set(res["summary"]["rewards"]) == {f.__name__ for f, _ in ORDERS.rewards}
+    assert 0 <= res["summary"]["exact_match"] <= res["summary"]["valid_json"] <= 1

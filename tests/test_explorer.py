@@ -107,18 +107,18 @@ def test_render_step_escapes_html_and_shows_the_best_first(run):
 @pytest.mark.slow
 def test_a_real_tiny_grpo_run_is_read_as_trl_wrote_and_logged_it(tmp_path):
     from helpers.callbacks import METRICS_FILE
-    from helpers.config import get_profile
-    from helpers.rewards import get_preset
+    from helpers.profiles import get_profile
+    from helpers.tasks import get_task
     from helpers.training import train_grpo
 
-    profile = get_profile("cpu-smoke", max_steps=2)
+    profile = get_profile("cpu-smoke", max_steps=2, time_budget_minutes=None)
     train_grpo(profile, tmp_path, warmup=False)
     df = load_completions(tmp_path / "grpo")
-    names = [f.__name__ for f, _ in get_preset(profile.reward_preset, prefill=profile.prefill)]
-    assert df.attrs["rewards"] == names
+    task = get_task(profile.task)
+    assert df.attrs["rewards"] == [f.__name__ for f, _ in task.rewards_for(profile.task_level)]
     assert {"step", "prompt", "completion", "advantage", "answer", "extracted"} <= set(df.columns)
     assert df.groupby("step").size().to_dict() == {1: 2, 2: 2}  # one group of num_generations per step
-    assert df["prompt"].str.endswith("assistant\n<reasoning>\n").all()  # what the model saw, prefill included
+    assert df["prompt"].str.endswith("assistant\n" + task.prefill).all()  # what the model saw, prefill included
 
     logged = {m["step"]: m for m in map(json.loads, (tmp_path / METRICS_FILE).read_text().splitlines())}
     for step, group in df.groupby("step"):

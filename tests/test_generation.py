@@ -7,10 +7,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from helpers.config import get_profile
 from helpers.generation import SamplingSettings, generate, transcript
 from helpers.models import load_tokenizer
-from helpers.prompts import SYSTEM_PROMPT, build_prompt, encode
+from helpers.profiles import get_profile
+from helpers.prompts import build_prompt, encode
+from helpers.tasks.reasoning import SYSTEM_PROMPT
 
 QUESTIONS = ["What is 2 + 3?", "A much longer question, so that the prompts differ in length: what is 40 + 15?",
              "Name a colour."]
@@ -44,7 +45,7 @@ class RecordingModel:
 
 
 def test_the_model_gets_the_encoded_prompts_left_padded(tok):
-    prompts = [build_prompt(q) for q in QUESTIONS]
+    prompts = [build_prompt(q, SYSTEM_PROMPT) for q in QUESTIONS]
     model = RecordingModel(tok)
     outs = generate(model, tok, prompts, SamplingSettings(max_new_tokens=5), batch_size=2)
     ids = encode(tok, prompts)
@@ -62,7 +63,7 @@ def test_the_model_gets_the_encoded_prompts_left_padded(tok):
 def test_several_samples_per_prompt_are_grouped_by_prompt(tok):
     model = RecordingModel(tok)
     settings = SamplingSettings(max_new_tokens=4, temperature=0.7, top_p=0.9, num_return_sequences=3, seed=5)
-    outs = generate(model, tok, [build_prompt(q) for q in QUESTIONS[:2]], settings)
+    outs = generate(model, tok, [build_prompt(q, SYSTEM_PROMPT) for q in QUESTIONS[:2]], settings)
     assert outs == [["0", "1", "2"], ["3", "4", "5"]]
     call = model.calls[0]
     assert call["do_sample"] and call["temperature"] == 0.7 and call["top_p"] == 0.9 and call["top_k"] == 0
@@ -153,7 +154,7 @@ FakeLLM.__module__ = "vllm.entrypoints.llm"
 
 def test_unsloth_fast_generate_gets_the_adapter_as_a_lora_request(tok, fake_vllm):
     model = UnslothFastModel()
-    prompts = [build_prompt(q) for q in QUESTIONS[:2]]
+    prompts = [build_prompt(q, SYSTEM_PROMPT) for q in QUESTIONS[:2]]
     outs = generate(model, tok, prompts, SamplingSettings(max_new_tokens=9, num_return_sequences=2, seed=4),
                     adapter="/runs/x/adapter")
     assert outs == [["p0s0", "p0s1"], ["p1s0", "p1s1"]]
@@ -178,16 +179,36 @@ def test_a_vllm_llm_gets_a_named_lora_request(tok, fake_vllm):
 
 def test_transcript_asks_each_question_fresh_and_keeps_the_prefill(tok):
     model = RecordingModel(tok)
-    msgs = transcript(model, tok, QUESTIONS[:2], SamplingSettings(max_new_tokens=3))
+    msgs = transcript(model, tok, QUESTIONS[:2], SamplingSettings(max_new_tokens=3), system_prompt=SYSTEM_PROMPT)
     assert msgs == [{"role": "user", "content": QUESTIONS[0]}, {"role": "assistant", "content": "<reasoning>\n0"},
                     {"role": "user", "content": QUESTIONS[1]}, {"role": "assistant", "content": "<reasoning>\n1"}]
     sent = model.calls[0]["input_ids"].tolist()
     expected = encode(tok, [build_prompt(q, SYSTEM_PROMPT) for q in QUESTIONS[:2]])
     assert [row[len(row) - len(x):] for row, x in zip(sent, expected)] == expected
 
-    model = RecordingModel(tok)
-    transcript(model, tok, ["hi"], SamplingSettings(), system_prompt=None)
+    model = RecordingModel(tok)  # no system prompt unless given: the user turn alone
+    transcript(model, tok, ["hi"], SamplingSettings())
     assert model.calls[0]["input_ids"].tolist() == encode(tok, [[{"role": "user", "content": "hi"}]])
+
+
+def test_transcript_passes_adapter_and_template_kwargs_and_shows_the_templates_own_prefill(monkeypatch):
+    from helpers.prompts import install_prefill
+    from helpers.tasks.orders import JSON_PREFILL
+
+    orders = load_tokenizer(get_profile("cpu-smoke", task="json"))
+    seen = []
+
+    def fake_generate(model, tokenizer, prompts, settings, adapter=None, chat_template_kwargs=None):
+        seen.append((prompts, adapter, chat_template_kwargs))
+        return [['name": "Ava"}'] for _ in prompts]
+
+    monkeypatch.setattr("helpers.generation.generate", fake_generate)
+    msgs = transcript(object(), orders, ["Ava ordered 2 mugs."], SamplingSettings(), system_prompt="Extract.",
+                      adapter="/run/adapter", chat_template_kwargs={"enable_thinking": False})
+    assert msgs[1] == {"role": "assistant", "content": JSON_PREFILL + 'name": "Ava"}'}  # '{"name": "Ava"}'
+    assert seen == [([build_prompt("Ava ordered 2 mugs.", "Extract.")], "/run/adapter", {"enable_thinking": False})]
+    install_prefill(orders, "")
+    assert transcript(object(), orders, ["x"], SamplingSettings())[1]["content"] == 'name": "Ava"}'
 
 
 # --------------------------------------------------------------------------- slow: the bundled model
@@ -204,7 +225,7 @@ def bundled():
 @pytest.mark.slow
 def test_greedy_continues_exactly_the_encoded_prompt(bundled):
     model, tok = bundled
-    prompt = build_prompt("What is 15 + 27?")
+    prompt = build_prompt("What is 15 + 27?", SYSTEM_PROMPT)
     ids = torch.tensor([encode(tok, [prompt])[0]])
     new = []
     with torch.no_grad():  # greedy by hand: argmax of the next token, 8 times
@@ -220,7 +241,7 @@ def test_greedy_continues_exactly_the_encoded_prompt(bundled):
 @pytest.mark.slow
 def test_greedy_is_deterministic_and_batches_match_one_by_one(bundled):
     model, tok = bundled
-    prompts = [build_prompt(q) for q in QUESTIONS]
+    prompts = [build_prompt(q, SYSTEM_PROMPT) for q in QUESTIONS]
     settings = SamplingSettings(max_new_tokens=16)
     batched = generate(model, tok, prompts, settings, batch_size=3)
     assert generate(model, tok, prompts, settings, batch_size=3) == batched
@@ -231,7 +252,7 @@ def test_greedy_is_deterministic_and_batches_match_one_by_one(bundled):
 @pytest.mark.slow
 def test_sampling_with_a_seed_is_reproducible(bundled):
     model, tok = bundled
-    prompts = [build_prompt(q) for q in QUESTIONS[:2]]
+    prompts = [build_prompt(q, SYSTEM_PROMPT) for q in QUESTIONS[:2]]
     settings = SamplingSettings(max_new_tokens=16, temperature=1.0, num_return_sequences=3, seed=7)
     first = generate(model, tok, prompts, settings)
     assert generate(model, tok, prompts, settings) == first

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from helpers.config import get_profile
+from helpers.profiles import get_profile
 from helpers.merge import VerifyReport, merged_size_bytes, saved_dtype, verify_merged
 
 from .adapters import PROMPTS, perturbed_lora_model, save_adapter

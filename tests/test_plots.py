@@ -1,4 +1,4 @@
-"""helpers.plots: the training dashboard, prompt lengths, reward spreads, the evaluation, showing a figure."""
+"""helpers.plots: the training dashboard, prompt lengths, reward spreads, the evaluation, pass@k, showing a figure."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import pytest
 from helpers.plots import (
     dashboard_figure,
     evaluation_figure,
+    pass_at_k_figure,
     reward_spread_figure,
     show_figure,
     smooth,
@@ -30,6 +31,7 @@ def _labels(ax):
 def test_smooth():
     assert smooth([1, 3, 5, 7], window=2) == [1.0, 2.0, 4.0, 6.0]
     assert smooth([0, 2, 4], window=5) == [0.0, 1.0, 2.0]
+    assert smooth((x for x in [2, 4])) == [2.0, 3.0]
     assert smooth([]) == []
 
 
@@ -86,16 +88,37 @@ def test_evaluation_figure_from_a_comparison_table():
     from helpers.evaluation import comparison_table
 
     table = comparison_table({"sides": {
-        "base": {"summary": {"accuracy": 0.25, "format_rate": 0.5, "correct_rate": 0.25, "mean_length": 40.0}},
-        "after GRPO": {"summary": {"accuracy": 0.75, "format_rate": 1.0, "correct_rate": 0.75, "mean_length": 30.0}}}})
-    fig = evaluation_figure(table, n_prompts=16)
+        "base": {"summary": {"accuracy": 0.25, "correct": 0.25, "format": 0.5, "mean_length": 40.0, "n_prompts": 16}},
+        "after GRPO": {"summary": {"accuracy": 0.75, "correct": 0.75, "format": 1.0, "mean_length": 30.0,
+                                   "n_prompts": 16}}}})
+    fig = evaluation_figure(table, ["accuracy", "format", "correct", "not_a_metric"], n_prompts=16)
     rates, lengths = fig.axes
     assert rates.get_title() == "Held-out evaluation (16 prompts)" and _labels(rates) == ["base", "after GRPO"]
-    assert [t.get_text() for t in rates.get_xticklabels()] == ["accuracy", "format rate", "correct rate"]
+    assert [t.get_text() for t in rates.get_xticklabels()] == ["accuracy", "format", "correct"]  # in the order asked
     assert [round(p.get_height(), 2) for p in rates.patches] == [0.25, 0.5, 0.25, 0.75, 1.0, 0.75]
     assert [t.get_text() for t in rates.texts] == ["25%", "50%", "25%", "75%", "100%", "75%"]
     assert [p.get_height() for p in lengths.patches] == [40.0, 30.0] and lengths.get_title() == "mean length (tokens)"
-    assert evaluation_figure(table).axes[0].get_title() == "Held-out evaluation"
+    assert evaluation_figure(table, ["accuracy"]).axes[0].get_title() == "Held-out evaluation"
+
+
+def test_evaluation_figure_of_the_json_tasks_metrics():
+    from helpers.evaluation import comparison_table
+
+    table = comparison_table({"sides": {"warm-up": {"summary": {"exact_match": 0.5, "field: name": 0.9}},
+                                        "GRPO": {"summary": {"exact_match": 0.8, "field: name": 1.0}}}})
+    rates, lengths = evaluation_figure(table, ["exact_match", "field: name"]).axes
+    assert [t.get_text() for t in rates.get_xticklabels()] == ["exact match", "field: name"]
+    assert [round(p.get_height(), 2) for p in rates.patches] == [0.5, 0.9, 0.8, 1.0]
+    assert [t.get_text() for t in rates.texts] == ["50%", "90%", "80%", "100%"]
+    assert not lengths.patches  # no mean length in the table: the panel stays empty
+
+
+def test_pass_at_k_figure():
+    fig = pass_at_k_figure({"base": {1: 0.2, 2: 0.35, 4: 0.5}, "after GRPO": {1: 0.5, 2: 0.6, 4: 0.7}}, title="t")
+    ax = fig.axes[0]
+    assert ax.get_title() == "t" and _labels(ax) == ["base", "after GRPO"] and ax.get_xscale() == "log"
+    assert list(ax.lines[1].get_xdata()) == [1, 2, 4] and list(ax.lines[1].get_ydata()) == [0.5, 0.6, 0.7]
+    assert ax.get_ylim() == (0, 1.05) and ax.get_xlabel() == "k (samples per prompt)"
 
 
 def test_show_figure_displays_a_png_and_saves_it(tmp_path, monkeypatch):

@@ -1,4 +1,6 @@
-"""helpers.preflight: GPU facts, precision, the known traps; versions against the pins (and the pins agree)."""
+"""helpers.preflight: the known traps, versions against the pins (and the pins agree across files), the room line.
+
+The machine facts are tested in test_machine.py, the precision in test_training.py."""
 
 from __future__ import annotations
 
@@ -9,22 +11,22 @@ from pathlib import Path
 
 import pytest
 import yaml
+from packaging.requirements import Requirement
 
 from helpers import preflight as P
-from helpers.config import MODELS, PROFILES, get_model_spec, get_profile
+from helpers.machine import Hardware
 from helpers.preflight import (
-    Hardware,
+    Trap,
     VersionCheck,
     check_versions,
     disk_needed_gb,
-    gpu_capability,
-    inspect_hardware,
     installed_versions,
-    native_bf16,
     pinned_versions,
-    precision,
     preflight_warnings,
+    room_line,
 )
+from helpers.profiles import get_model_spec, get_profile
+from helpers.timing import StepTiming
 
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -59,54 +61,13 @@ def topics(hw, profile="colab-t4", model=None, **over):
     return [t.topic for t in preflight_warnings(hw, p, get_model_spec(model or p.model))]
 
 
-# --------------------------------------------------------------------------- GPU facts and precision
-
-
-def test_bf16_comes_from_the_compute_capability():
-    assert [native_bf16(c) for c in (None, (6, 1), T4, (8, 0), (8, 6), H100)] == [False, False, False, True, True,
-                                                                                  True]
-
-
-def test_this_machine():
-    import torch
-
-    assert (gpu_capability() is None) == (not torch.cuda.is_available())
-    hw = inspect_hardware()
-    assert hw.cpus >= 1 and hw.free_disk_gb > 0 and hw.ram_gb > 0
-    assert hw.cuda == (hw.capability is not None) == (hw.gpu_name is not None)
-
-
-@pytest.mark.parametrize("profile, model, capability, expected", [
-    ("cpu-smoke", None, None, {"bf16": False, "fp16": False}),  # CPU: float32
-    ("cpu-demo", None, A100, {"bf16": False, "fp16": False}),  # a CPU profile, whatever the GPU
-    ("colab-t4", None, None, {"bf16": False, "fp16": False}),  # a GPU profile with no GPU
-    ("colab-t4", None, T4, {"bf16": False, "fp16": True}),
-    ("colab-t4", "qwen2.5-3b", T4, {"bf16": False, "fp16": True}),
-    ("colab-t4", "gemma3-1b", T4, {"bf16": False, "fp16": False}),  # Gemma 3 overflows in fp16: float32
-    ("colab-t4", "gemma3-1b", A100, {"bf16": True, "fp16": False}),
-    ("gpu-large", None, A100, {"bf16": True, "fp16": False}),
-    ("gpu-large", None, H100, {"bf16": True, "fp16": False}),
-])
-def test_precision(profile, model, capability, expected):
-    p = get_profile(profile, model=model) if model else get_profile(profile)
-    assert precision(p, capability) == expected
-
-
-def test_precision_never_asks_for_both():
-    for name in PROFILES:
-        for model in MODELS:
-            for cap in (None, (6, 0), T4, A100, H100):
-                got = precision(get_profile(name, model=model), cap)
-                assert not (got["bf16"] and got["fp16"]), (name, model, cap)
+# --------------------------------------------------------------------------- traps
 
 
 def test_disk_needed_gb():
     assert disk_needed_gb(get_model_spec("smollm2-135m")) == 2.0
     assert disk_needed_gb(get_model_spec("qwen2.5-3b")) == 20.0
     assert disk_needed_gb(get_model_spec("qwen3-4b")) > disk_needed_gb(get_model_spec("qwen2.5-1.5b"))
-
-
-# --------------------------------------------------------------------------- traps
 
 
 def test_a_t4_warns_about_bf16_only_for_qwen():
@@ -142,7 +103,7 @@ def test_no_gpu_says_how_to_get_one():
     traps = preflight_warnings(no_gpu, get_profile("colab-t4"), get_model_spec("qwen2.5-1.5b"))
     assert [t.topic for t in traps] == ["no-gpu", "no-gpu"]
     assert "'colab-t4' needs a CUDA GPU" in traps[1].message and "COURSE_PROFILE=cpu-demo" in traps[1].fix
-    assert topics(machine(**LAPTOP), "gpu-large") == ["no-gpu"]
+    assert topics(machine(**LAPTOP), "gpu-large", use_vllm=False) == ["no-gpu"]
 
 
 def test_a_small_gpu_is_warned_about_a_big_model():
@@ -167,11 +128,20 @@ def test_a_laptop_gets_no_warnings():
 # --------------------------------------------------------------------------- versions
 
 
+def _pins(requirements: list[str]) -> dict[str, str]:
+    """``{normalised name: version}`` of every ``==`` pin, read with ``packaging`` as pip reads them."""
+    out = {}
+    for line in requirements:
+        req = Requirement(line)
+        pinned = [s.version for s in req.specifier if s.operator == "=="]
+        if pinned:
+            out[re.sub(r"[-_.]+", "-", req.name).lower()] = pinned[0]
+    return out
+
+
 def _pyproject_pins(extras: tuple[str, ...]) -> dict[str, str]:
-    reqs = PYPROJECT["project"]["dependencies"] + [
-        r for e in extras for r in PYPROJECT["project"]["optional-dependencies"][e]]
-    return {re.sub(r"[-_.]+", "-", m[1]).lower(): m[2]
-            for m in (re.fullmatch(r"([A-Za-z0-9_.\-]+)==(\S+)", r.strip()) for r in reqs) if m}
+    return _pins(PYPROJECT["project"]["dependencies"] + [
+        r for e in extras for r in PYPROJECT["project"]["optional-dependencies"][e]])
 
 
 def test_installed_versions():
@@ -210,8 +180,7 @@ def test_version_check_reports_mismatches_and_missing_packages(monkeypatch):
 def _environment_pins() -> dict[str, str]:
     env = yaml.safe_load((ROOT / "environment.yml").read_text())
     pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict) and "pip" in d)
-    return {re.sub(r"[-_.]+", "-", m[1]).lower(): m[2]
-            for m in (re.fullmatch(r"([A-Za-z0-9_.\-]+)==(\S+)", r.strip()) for r in pip) if m}
+    return _pins([r for r in pip if not r.startswith(("-", "."))])  # options and local paths are not pins
 
 
 def test_environment_yml_agrees_with_pyproject():
@@ -223,8 +192,7 @@ def test_environment_yml_agrees_with_pyproject():
 
 
 def test_contract_set_pins_the_same_unsloth_as_the_gpu_extra():
-    contract = {re.sub(r"[-_.]+", "-", r.split("==")[0]).lower(): r.split("==")[1]
-                for r in PYPROJECT["tool"]["grpo-course"]["contract-no-deps"]}
+    contract = _pins(PYPROJECT["tool"]["grpo-course"]["contract-no-deps"])
     gpu = _pyproject_pins(("gpu",))
     assert (contract["unsloth"], contract["unsloth-zoo"]) == (gpu["unsloth"], gpu["unsloth-zoo"])
 
@@ -238,26 +206,7 @@ def test_shared_pins_sit_inside_unsloths_ranges():
     assert Version(pins["datasets"]) < Version("5") and Version(pins["peft"]) >= Version("0.18.0")
 
 
-@pytest.mark.parametrize("profile, model, capability, expected", [
-    ("cpu-demo", None, None, "float32"),
-    ("colab-t4", "qwen2.5-1.5b", (7, 5), "float16"),
-    ("colab-t4", "gemma3-1b", (7, 5), "float32"),       # never fp16 for Gemma 3: it overflows
-    ("colab-t4", "gemma3-1b", (8, 0), "bfloat16"),
-    ("gpu-large", "qwen3-4b", (9, 0), "bfloat16"),
-])
-def test_the_dtype_a_merged_model_is_loaded_in(profile, model, capability, expected):
-    from helpers.config import get_profile
-    from helpers.preflight import torch_dtype
-
-    p = get_profile(profile, **({"model": model} if model else {}), **({"use_vllm": False}
-                                                                      if profile == "gpu-large" else {}))
-    assert torch_dtype(p, capability) == expected
-
-
 def test_room_line_says_who_has_what_in_one_line():
-    from helpers.preflight import Hardware, Trap, VersionCheck, room_line
-    from helpers.training import StepTiming
-
     laptop = Hardware(False, None, None, None, 2, 24.0, 50.0, False, False)
     checks = [VersionCheck("trl", "1.13.0", "1.13.0"), VersionCheck("peft", "0.19.1", "0.18.0")]
     timing = StepTiming("cpu-demo", seconds=(10.0, 9.0), max_steps=60, budget_minutes=10, warmup=True)

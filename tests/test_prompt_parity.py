@@ -1,7 +1,8 @@
 """Prompts exactly as the trainer renders them: the token ids TRL's GRPOTrainer feeds the model
 equal what the notebooks display (helpers.prompts.render / encode), what SFTTrainer trains the
-warm-up on, and what the evaluation and the chat sample from. With and without the prefill, and
-on a Qwen3-style template with thinking turned off through chat_template_kwargs.
+warm-up on, and what the evaluation and the chat sample from. For both tasks (the arithmetic prefill
+``<reasoning>\n`` and the JSON prefill ``{"``), without a prefill, and on a Qwen3-style template with
+thinking turned off through chat_template_kwargs.
 
 The ids are read where they reach the model: a spy on ``model.generate`` (TRL's generation path
 and helpers.generation call it) and SFTTrainer's tokenized dataset.
@@ -13,12 +14,14 @@ import copy
 
 import pytest
 
-from helpers.config import get_profile
 from helpers.data import ensure_prepared
 from helpers.generation import SamplingSettings, generate
 from helpers.models import load_model
-from helpers.prompts import PREFILL, encode, install_prefill, render
-from helpers.rewards import get_preset
+from helpers.profiles import get_profile
+from helpers.prompts import encode, install_prefill, render
+from helpers.tasks import get_task
+from helpers.tasks.orders import JSON_PREFILL
+from helpers.tasks.reasoning import PREFILL
 from helpers.training import grpo_config, warmup_dataset
 
 pytestmark = pytest.mark.slow
@@ -56,9 +59,9 @@ def trl_prompt_ids(model, tok, profile, run, dataset, **overrides):
     """The prompt ids TRL's GRPOTrainer generates from in one training step (dataset order kept)."""
     from trl import GRPOTrainer
 
-    rewards = get_preset(profile.reward_preset, prefill=profile.prefill)
-    config = grpo_config(profile, run, [w for _, w in rewards], shuffle_dataset=False, max_steps=1,
-                         log_completions=False, save_strategy="no", **overrides)
+    rewards = get_task(profile.task).rewards_for(profile.task_level)
+    config = grpo_config(profile, run, shuffle_dataset=False, max_steps=1, log_completions=False,
+                         save_strategy="no", **overrides)
     trainer = GRPOTrainer(model=model, processing_class=tok, reward_funcs=[f for f, _ in rewards], args=config,
                           train_dataset=dataset)
     seen = spy_on_generate(model)
@@ -74,10 +77,11 @@ def bundled():
     return profile, model, tok
 
 
-@pytest.mark.parametrize("prefill", [PREFILL, ""], ids=["prefill", "no-prefill"])
-def test_trainer_notebooks_warmup_and_evaluation_see_the_same_ids(bundled, tmp_path, prefill):
+@pytest.mark.parametrize("task, prefill", [("arithmetic", PREFILL), ("arithmetic", ""), ("json", JSON_PREFILL)],
+                         ids=["arithmetic", "no-prefill", "json"])
+def test_trainer_notebooks_warmup_and_evaluation_see_the_same_ids(bundled, tmp_path, task, prefill):
     profile, model, tok = bundled
-    profile = profile.with_overrides(prefill=prefill)
+    profile = get_profile(profile.name, task=task, max_steps=1)
     tok = install_prefill(copy.deepcopy(tok), prefill)
     data = ensure_prepared(profile, tmp_path, tokenizer=tok, verbose=False)
     train = data["train"].select(range(profile.per_device_train_batch_size // profile.num_generations))
@@ -119,8 +123,7 @@ def test_trl_closes_a_final_assistant_message(bundled, tmp_path):
     profile, model, tok = bundled
     tok = install_prefill(copy.deepcopy(tok), "")
     turn = [{"role": "user", "content": "What is 2 + 3?"}, {"role": "assistant", "content": PREFILL}]
-    seen = trl_prompt_ids(model, tok, profile.with_overrides(prefill=""), tmp_path,
-                          Dataset.from_list([{"prompt": turn, "answer": "5"}]))
+    seen = trl_prompt_ids(model, tok, profile, tmp_path, Dataset.from_list([{"prompt": turn, "answer": "5"}]))
     text = tok.decode(seen[0])
     assert text.endswith("<reasoning>\n<|im_end|>\n<|im_start|>assistant\n")
     assert seen[0] == encode(tok, [turn])[0]

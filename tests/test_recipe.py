@@ -21,22 +21,26 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from helpers.config import PROFILES, get_model_spec, get_profile
-from helpers.prompts import PREFILL, build_prompt, render
+from helpers.profiles import PROFILES, get_model_spec, get_profile
+from helpers.prompts import build_prompt, installed_prefill, render
 from helpers.recipe import (
     GRPO_YAML,
     SFT_YAML,
+    WARMUP_ROWS,
     Recipe,
     RecipeError,
-    check_recipe,
     load_recipe,
+    main,
     recipe_texts,
     reward_path,
-    vllm_serve_command,
     write_recipe,
 )
-from helpers.rewards import get_preset, get_prefilled_reward, strict_format_reward
-from helpers.training import TrainingConfigError, grpo_config, sft_kwargs
+from helpers.rewards import Prefilled
+from helpers.tasks import get_task
+from helpers.tasks.arithmetic import PRESETS, ArithmeticTask
+from helpers.tasks.orders import JSON_PREFILL
+from helpers.tasks.reasoning import PREFILL, strict_format_reward
+from helpers.training import TrainingConfigError, check_config, grpo_config, sft_kwargs
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = get_profile("cpu-smoke")
@@ -46,9 +50,38 @@ BIN = Path(sys.executable).parent
 DOC_RUN = "runs/my-run"
 TRL_CONFIGS_LINE = 'TRL_CONFIGS=$(python -c "import trl, os; print(os.path.dirname(trl.__file__))")/accelerate_configs'
 
+#: A reward wrapped at a module-level name of this file, for a task defined here (a learner's own task module).
+THINK_FORMAT = Prefilled(strict_format_reward, "<think>\n")
 
-def gpu_profile(name: str):
-    return get_profile(name, use_vllm=PROFILES[name].use_vllm)
+
+class ThinkTask(ArithmeticTask):
+    """A learner's task whose reward lives in the task's own module (this file), not beside the one it wraps."""
+
+    rewards = [(THINK_FORMAT, 1.0)]
+
+    def rewards_for(self, level):
+        return list(self.rewards)
+
+
+class UnnamedRewardTask(ArithmeticTask):
+    """A task whose reward is built where no module-level name holds it: `trl grpo` could not import it."""
+
+    rewards = [(Prefilled(strict_format_reward, "<think>\n"), 1.0)]
+
+    def rewards_for(self, level):
+        return list(self.rewards)
+
+
+def gpu_profile(name: str, task: str = "arithmetic"):
+    return get_profile(name, task=task, use_vllm=PROFILES[name].use_vllm)
+
+
+def imported(path: str):
+    """What `trl grpo` gets for a `reward_funcs` entry: ``importlib.import_module(module)`` then the name."""
+    import importlib
+
+    module, name = path.rsplit(".", 1)
+    return getattr(importlib.import_module(module), name)
 
 
 # --------------------------------------------------------------------------- what the YAML says
@@ -64,22 +97,25 @@ def parse(text: str, tmp_path: Path, script: str, argv: tuple[str, ...] = ()):
     return parser.parse_args_and_config(["--config", str(path), *argv])  # fails on any unknown key
 
 
+@pytest.mark.parametrize("task", ["arithmetic", "json"])
 @pytest.mark.parametrize("name", ["cpu-smoke", "cpu-demo"])
-def test_cpu_recipe_is_the_notebooks_config_through_trls_parser(name, tmp_path):
-    profile = get_profile(name)
+def test_cpu_recipe_is_the_notebooks_config_through_trls_parser(name, task, tmp_path):
+    profile = get_profile(name, task=task)
     texts = recipe_texts(profile, tmp_path / "run")
     script_args, config, model_args, data_args = parse(texts[GRPO_YAML], tmp_path, "grpo")
-    weights = [w for _, w in get_preset(profile.reward_preset, prefill=profile.prefill)]
-    notebook = grpo_config(profile, tmp_path / "run" / "cli", weights)  # notebook 03's GRPOConfig (its save point)
+    notebook = grpo_config(profile, tmp_path / "run" / "cli")  # notebook 03's GRPOConfig (its save point)
     assert config.to_dict() == notebook.to_dict()  # every field, defaults included
-    assert script_args.reward_funcs == [reward_path(f) for f, _ in get_preset(profile.reward_preset,
-                                                                             prefill=profile.prefill)]
+    rewards = get_task(task).rewards_for(profile.task_level)
+    assert script_args.reward_funcs == [reward_path(f, get_task(task)) for f, _ in rewards]
+    assert [imported(p) for p in script_args.reward_funcs] == [f for f, _ in rewards]  # the very functions
+    assert config.reward_weights == [w for _, w in rewards]
     assert (model_args.use_peft, model_args.lora_r, model_args.lora_alpha) == (True, profile.lora_rank,
                                                                                profile.lora_alpha)
     assert model_args.load_in_4bit is profile.load_in_4bit and model_args.dtype == "float32"
     [dataset] = data_args.datasets
     assert (dataset.path, dataset.split) == ("arrow", "train")
     assert dataset.data_files == str((tmp_path / "run" / "dataset" / "train" / "data-*.arrow").absolute())
+    assert f"({task})" in texts[GRPO_YAML].splitlines()[0] and repr(get_task(task).prefill) in texts[GRPO_YAML]
     if profile.warmup_examples:
         _, sft, sft_model, _ = parse(texts[SFT_YAML], tmp_path, "sft")
         from trl import SFTConfig
@@ -89,11 +125,12 @@ def test_cpu_recipe_is_the_notebooks_config_through_trls_parser(name, tmp_path):
         assert sft_model.model_name_or_path.endswith("recipe/model")
 
 
+@pytest.mark.parametrize("task", ["arithmetic", "json"])
 @pytest.mark.parametrize("name", ["colab-t4", "gpu-large"])
-def test_gpu_recipes_use_only_fields_trl_knows(name, tmp_path):
+def test_gpu_recipes_use_only_fields_trl_knows(name, task, tmp_path):
     from trl.scripts.grpo import make_parser
 
-    profile = gpu_profile(name)
+    profile = gpu_profile(name, task)
     texts = recipe_texts(profile, tmp_path / "run", capability=A100, vllm_installed=True)
     assert list(texts) == [GRPO_YAML]  # the GPU profiles have no warm-up
     values = yaml.safe_load(texts[GRPO_YAML])
@@ -101,17 +138,31 @@ def test_gpu_recipes_use_only_fields_trl_knows(name, tmp_path):
     assert values["bf16"] is True and values["use_cpu"] is False and values["dtype"] == "bfloat16"
     assert values["load_in_4bit"] is True and values["bnb_4bit_quant_type"] == "nf4"
     assert values["use_vllm"] is PROFILES[name].use_vllm
+    rewards = get_task(task).rewards_for(profile.task_level)
+    assert values["reward_funcs"] == [reward_path(f, get_task(task)) for f, _ in rewards] and values["reward_weights"] == [
+        w for _, w in rewards]
+    if task == "arithmetic":  # GSM8K on a GPU: its own preset
+        assert profile.task_level == "gsm8k" and "helpers.tasks.reasoning.numeric_answer_reward" in values["reward_funcs"]
 
 
 def test_rewards_are_found_by_the_import_path_trl_uses():
-    for preset in ("format-only", "arithmetic", "gsm8k"):
-        for func, _ in get_preset(preset):
-            module, name = reward_path(func).rsplit(".", 1)
-            assert getattr(__import__(module, fromlist=[name]), name) is func
-    with pytest.raises(RecipeError, match="module level"):
-        reward_path(get_prefilled_reward(strict_format_reward, "<think>\n"))
-    with pytest.raises(RecipeError, match="module level"):
-        recipe_texts(SMOKE.with_overrides(prefill="<think>\n"), "/tmp/never-written")
+    presets = [(r, get_task("arithmetic")) for preset in PRESETS.values() for r, _ in preset]
+    per_level = [(r, get_task(key)) for key in ("arithmetic", "json") for level in get_task(key).levels
+                 for r, _ in get_task(key).rewards_for(level)]
+    for func, task in presets + per_level:
+        assert imported(reward_path(func, task)) is func
+    assert reward_path(get_task("json").rewards[0][0], get_task("json")) == (
+        "helpers.tasks.orders.prefilled_json_format_reward")  # found in the task's module
+    with pytest.raises(RecipeError, match="module-level name"):
+        reward_path(Prefilled(strict_format_reward, "<think>\n"))
+    # a Prefilled reward in the learner's task module (not beside the reward it wraps) is found through the task
+    assert reward_path(THINK_FORMAT, ThinkTask()) == f"{__name__}.THINK_FORMAT"
+    with pytest.raises(RecipeError, match="not importable"):
+        reward_path(THINK_FORMAT)
+    texts = recipe_texts(get_profile("cpu-smoke", task=f"{__name__}:ThinkTask"), "/tmp/never-written")
+    assert yaml.safe_load(texts[GRPO_YAML])["reward_funcs"] == [f"{__name__}.THINK_FORMAT"]
+    with pytest.raises(RecipeError, match="module-level name"):
+        recipe_texts(get_profile("cpu-smoke", task=f"{__name__}:UnnamedRewardTask"), "/tmp/never-written")
 
     def written_in_a_notebook(completions, **kwargs):
         return [0.0 for _ in completions]
@@ -129,18 +180,56 @@ def test_a_recipe_that_would_fail_is_refused_before_anything_is_written(tmp_path
     with pytest.raises(TrainingConfigError, match="max_completion_length"):
         write_recipe(SMOKE.with_overrides(max_completion_length=4), tmp_path)
     assert not (tmp_path / "recipe").exists()
+    with pytest.raises(TrainingConfigError, match="too short for the 'json' task"):
+        write_recipe(get_profile("cpu-smoke", task="json", max_completion_length=24), tmp_path)
+    assert not (tmp_path / "recipe").exists()
 
 
 def test_check_config_accepts_vllm_server_mode_on_several_gpus():
     values = yaml.safe_load(recipe_texts(gpu_profile("gpu-large"), "/tmp/run", capability=A100,
                                          vllm_installed=True)[GRPO_YAML])
-    server = {**values, "use_vllm": True, "vllm_mode": "server"}
-    check_recipe(server, gpu_profile("gpu-large"), A100, vllm_installed=True)
+    server = SimpleNamespace(**{**values, "use_vllm": True, "vllm_mode": "server"})
+    check_config(server, gpu_profile("gpu-large"), capability=A100, vllm_installed=True)
     # the trainer talks to the server through TRL's VLLMClient, which needs vLLM importable (vllm_client.py)
     with pytest.raises(TrainingConfigError, match="vLLM is not installed"):
-        check_recipe(server, gpu_profile("gpu-large"), A100, vllm_installed=False)
+        check_config(server, gpu_profile("gpu-large"), capability=A100, vllm_installed=False)
     with pytest.raises(TrainingConfigError, match="CPU profile"):
-        check_recipe(server, SMOKE)
+        check_config(server, SMOKE)
+
+
+def test_the_json_task_recipe_names_the_orders_rewards_and_trl_reads_it(tmp_path, capsys):
+    """write_recipe for the JSON task by its profile alone: the rewards by import path, TRL's parser and
+    TRL's own dataset loader on the YAML, the tokenizer with the task's prefill, the warm-up rows."""
+    from transformers import AutoTokenizer
+    from trl import get_dataset
+
+    profile = get_profile("cpu-smoke", task="json")
+    task = get_task("json")
+    recipe = write_recipe(profile, tmp_path / "run")
+    assert recipe == Recipe.of(tmp_path / "run") and recipe.sft is not None
+    values = load_recipe(recipe.grpo)
+    assert values["reward_funcs"] == [f"helpers.tasks.orders.{f.__name__}" for f, _ in task.rewards]
+    assert [imported(p) for p in values["reward_funcs"]] == [f for f, _ in task.rewards]
+    script_args, config, _, data_args = parse(recipe.grpo.read_text(), tmp_path, "grpo")
+    assert script_args.reward_funcs == values["reward_funcs"] and config.reward_weights == [w for _, w in task.rewards]
+    assert config.max_completion_length == profile.max_completion_length == 40
+    train = get_dataset(data_args)["train"]  # what `trl grpo` trains on: notebook 01's rows with their schema
+    assert train.num_rows == profile.train_rows and {"prompt", "answer", "schema"} <= set(train.column_names)
+    assert train[0]["prompt"][0]["content"] == task.system_prompt_for(train[0])
+    assert installed_prefill(AutoTokenizer.from_pretrained(str(recipe.model))) == JSON_PREFILL
+    _, sft, _, sft_data = parse(recipe.sft.read_text(), tmp_path, "sft")
+    warmup = get_dataset(sft_data)["train"]
+    assert warmup.num_rows == profile.warmup_examples and (recipe.folder / WARMUP_ROWS).is_file()
+    made = task.make_rows(profile.warmup_level, profile.warmup_examples, profile.seed + 1)  # level orders-easy
+    assert [r["prompt"][-1]["content"] for r in warmup] == [m["question"] for m in made]
+    assert [r["completion"][0]["content"] for r in warmup] == [m["answer"] for m in made]  # starts with '{"'
+    assert sft.completion_only_loss is True
+
+    # the command line writes the same recipe: `python -m helpers.recipe write RUN --profile P --task json`
+    assert main(["write", str(tmp_path / "cli-run"), "--profile", "cpu-smoke", "--task", "json"]) == 0
+    assert capsys.readouterr().out.split() == " ".join(Recipe.of(tmp_path / "cli-run").commands()).split()
+    cli = (tmp_path / "cli-run" / "recipe" / GRPO_YAML).read_text()
+    assert cli == recipe.grpo.read_text().replace(str(tmp_path / "run"), str(tmp_path / "cli-run"))
 
 
 # --------------------------------------------------------------------------- the commands the docs show
@@ -199,7 +288,7 @@ def test_the_gpu_commands_go_through_trls_own_command_line(tmp_path, monkeypatch
         _, config, _, _ = make_parser().parse_args_and_config(args)
         per_step = config.per_device_train_batch_size * processes * config.steps_per_generation
         assert per_step % config.num_generations == 0, "the global batch must divide by the group size"
-        check_recipe(vars(config), profile, A100, vllm_installed=True)
+        check_config(config, profile, capability=A100, vllm_installed=True)
         return config
 
     lines = [_in_run(line, run) for line in doc_commands()["README"]]
@@ -228,19 +317,35 @@ def test_the_gpu_commands_go_through_trls_own_command_line(tmp_path, monkeypatch
             check_training(accel.training_script_args, accel.num_processes)
         else:
             assert argv[0] == "vllm" and "CUDA_VISIBLE_DEVICES=0" in line
-            expected = vllm_serve_command(SimpleNamespace(model=run / "recipe" / "model"))
-            assert env.sub("", line) == expected.split("spawn ", 1)[1]
-            assert "VLLM_SERVER_DEV_MODE=1 VLLM_WORKER_MULTIPROC_METHOD=spawn" in line
+            printed = trl_vllm_serve_line(str(run / "recipe" / "model"))  # what TRL tells you to run
+            assert line == "CUDA_VISIBLE_DEVICES=0 " + printed
 
 
-def test_vllm_serve_command_is_the_one_trl_prints():
+def trl_vllm_serve_line(model: str, **server) -> str:
+    """The line TRL 1.13 prints when you run its deprecated `trl vllm-serve` for ``model``: its own
+    ``trl.scripts.vllm_serve.main``, stopped where it would replace the process with vLLM's server."""
+    from unittest import mock
+
     from trl.scripts import vllm_serve
 
-    source = Path(vllm_serve.__file__).read_text()
-    assert "VLLM_SERVER_DEV_MODE=1 VLLM_WORKER_MULTIPROC_METHOD=spawn {equivalent}" in source
-    command = vllm_serve_command(SimpleNamespace(model=Path("/m")), port=8001)
-    assert command.startswith("VLLM_SERVER_DEV_MODE=1 VLLM_WORKER_MULTIPROC_METHOD=spawn vllm serve /m ")
-    assert "--port 8001" in command and "--weight-transfer-config" in command
+    with mock.patch.object(vllm_serve.os, "execve") as execve, pytest.warns(FutureWarning) as warned:
+        vllm_serve.main(vllm_serve.ScriptArguments(model=model, **server))
+    [(executable, command, env)] = [c.args for c in execve.call_args_list]
+    assert command == vllm_serve.build_command(vllm_serve.ScriptArguments(model=model, **server))
+    assert (env["VLLM_SERVER_DEV_MODE"], env["VLLM_WORKER_MULTIPROC_METHOD"]) == ("1", "spawn")
+    [line] = [ln.strip() for w in warned for ln in str(w.message).splitlines() if "vllm serve" in ln]
+    return line
+
+
+def test_the_vllm_serve_line_is_the_one_trl_prints_and_builds():
+    from trl.scripts.vllm_serve import ScriptArguments, build_command
+
+    line = trl_vllm_serve_line("/m", port=8001)
+    command = build_command(ScriptArguments(model="/m", port=8001))
+    assert line == "VLLM_SERVER_DEV_MODE=1 VLLM_WORKER_MULTIPROC_METHOD=spawn " + shlex.join(
+        ["vllm", *command[command.index("serve"):]])
+    assert line.startswith("VLLM_SERVER_DEV_MODE=1 VLLM_WORKER_MULTIPROC_METHOD=spawn vllm serve /m ")
+    assert "--port 8001" in line and "--weight-transfer-config" in line
 
 
 # --------------------------------------------------------------------------- run for real

@@ -1,4 +1,4 @@
-"""helpers.reward_lab: reward lists, the case harness, score tables, group advantages (checked against TRL)."""
+"""helpers.reward_lab: the case harness, score tables, group advantages (checked against TRL's trainer)."""
 
 from __future__ import annotations
 
@@ -14,14 +14,10 @@ from helpers.reward_lab import (
     check_cases,
     group_advantages,
     score_table,
-    weighted,
 )
-from helpers.rewards import (
-    correctness_reward,
-    get_preset,
-    numeric_answer_reward,
-    strict_format_reward,
-)
+from helpers.tasks import get_task
+from helpers.tasks.orders import JSON_PREFILL
+from helpers.tasks.reasoning import correctness_reward, numeric_answer_reward, strict_format_reward
 
 GOOD = "<reasoning>\n2 + 2 = 4\n</reasoning>\n<answer>\n4\n</answer>"
 
@@ -29,26 +25,6 @@ GOOD = "<reasoning>\n2 + 2 = 4\n</reasoning>\n<answer>\n4\n</answer>"
 def named(name, func):
     func.__name__ = name
     return func
-
-
-# --------------------------------------------------------------------------- reward lists
-
-
-def test_weighted_accepts_a_function_a_list_and_pairs():
-    assert weighted(correctness_reward) == [("correctness_reward", correctness_reward, 1.0)]
-    assert [(n, w) for n, _, w in weighted([correctness_reward, (strict_format_reward, 0.5)])] == [
-        ("correctness_reward", 1.0), ("strict_format_reward", 0.5)]
-    assert [w for _, _, w in weighted(get_preset("arithmetic"))] == [1.0, 0.5, 0.5, 0.25]
-    assert isinstance(weighted([(correctness_reward, 2)])[0][2], float)
-
-
-def test_weighted_refuses_shared_names_and_non_functions():
-    with pytest.raises(ValueError, match=r"share the name\(s\) \['correctness_reward'\].*__name__"):
-        weighted([correctness_reward, (correctness_reward, 0.5)])
-    with pytest.raises(TypeError, match="reward function or a \\(function, weight\\) pair, got 42"):
-        weighted([42])
-    with pytest.raises(TypeError, match=r"got \('correctness_reward', 1.0\)"):
-        weighted([("correctness_reward", 1.0)])
 
 
 # --------------------------------------------------------------------------- the case harness
@@ -155,11 +131,19 @@ def test_score_table_errors_name_the_problem():
         score_table(["a", "b"], [short])
 
 
-def test_score_table_with_a_prefilled_preset():
+def test_score_table_with_a_tasks_prefilled_rewards():
     generated = "2 + 2 = 4\n</reasoning>\n<answer>\n4\n</answer>"
-    t = score_table([generated, "<reasoning>\n" + generated], get_preset("arithmetic"), answer=["4", "4"])
+    t = score_table([generated, "<reasoning>\n" + generated], get_task("arithmetic").rewards, answer=["4", "4"])
     assert t["prefilled_strict_format_reward"].tolist() == [1.0, 0.0]
     assert t.loc[0, "total"] == 2.0 * 1.0 + 1.0 * 0.5 + 1.0 * 0.5 + 1.0 * 0.25
+
+
+def test_score_table_passes_every_column_the_json_task_reads():
+    gold, schema = '{"name": "Ava"}', '{"type": "object", "required": ["name"]}'
+    t = score_table([gold[len(JSON_PREFILL):], "no object"], get_task("json").rewards, answer=[gold] * 2,
+                    schema=[schema] * 2)
+    assert t["prefilled_schema_valid_reward"].tolist() == [1.0, 0.0]
+    assert t["total"].tolist() == [0.5 * 1.0 + 0.5 * 1.0 + 2.0 * 1.0 + 1.0 * 1.0, 0.0]
 
 
 # --------------------------------------------------------------------------- group advantages

@@ -1,50 +1,24 @@
-"""helpers.rewards: reading completions, the answer rule, every reward, prefilled rewards, presets.
+"""helpers.rewards: reading completions as TRL hands them over, the Prefilled wrapper, reward lists with weights.
 
-Hand-written cases go through the harness notebook 02 teaches
-(helpers.reward_lab.assert_cases); property-based tests throw generated,
-megabyte and tag-soup completions at every reward.
-"""
+The rewards of each task are tested beside the task (tests/tasks/)."""
 
 from __future__ import annotations
 
 import importlib
 import pickle
-import re
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
-from helpers import rewards as R
-from helpers.prompts import ANSWER_END, ANSWER_START, PREFILL, REASONING_END, REASONING_START
-from helpers.reward_lab import RewardCase, assert_cases, score_table
-from helpers.rewards import (
-    answer_matches,
-    completion_text,
-    completion_texts,
+from helpers.rewards import Prefilled, completion_text, completion_texts, weighted
+from helpers.tasks import get_task
+from helpers.tasks.reasoning import (
+    PREFILL,
     correctness_reward,
-    extract_answer,
-    extract_reasoning,
-    find_numbers,
-    get_prefilled_reward,
-    get_preset,
-    get_target_length_reward,
-    has_strict_format,
-    normalize_number,
-    numeric_answer_reward,
-    partial_correctness_reward,
-    prefilled_soft_format_reward,
     prefilled_strict_format_reward,
-    prefilled_xmlcount_reward,
-    soft_format_reward,
     strict_format_reward,
     xmlcount_reward,
 )
 
-GOOD = "<reasoning>\n15 + 27 = 42\n</reasoning>\n<answer>\n42\n</answer>"
-MULTILINE = ("<reasoning>\nFirst, 15 + 20 = 35.\nThen 35 + 7 = 42.\n\nSo the sum is 42.\n</reasoning>\n"
-             "<answer>\n42\n</answer>\n")
-#: What TRL hands a reward when the template prefilled "<reasoning>\n": the text after it.
 GENERATED = "15 + 27 = 42\n</reasoning>\n<answer>\n42\n</answer>"
 
 
@@ -57,6 +31,15 @@ class Unprintable:
         raise RuntimeError("no text")
 
 
+def spy_reward(completions, answer=None, **kwargs):
+    """A module-level reward (so it pickles) that returns the texts it was given."""
+    return [f"{c}|{a}|{sorted(kwargs)}" for c, a in zip(completions, answer or [None] * len(completions))]
+
+
+def starts_with_hi(completions, **kwargs):
+    return [float(t.startswith("HI")) for t in completions]
+
+
 # --------------------------------------------------------------------------- reading completions
 
 
@@ -65,11 +48,15 @@ class Unprintable:
     (conv("hi"), "hi"),
     ({"role": "assistant", "content": "one message"}, "one message"),
     ([{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}], "a"),
+    ([{"role": "assistant", "content": "a"}, {"role": "assistant", "content": "b"}], "a\nb"),
     ([{"role": "tool", "content": "x"}], "x"),  # no assistant message: every message
     (conv(None), ""),
     (conv([{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]), "ab"),
+    (conv(["a", {"type": "image"}, "b"]), "ab"),
     ([{"role": "assistant"}], ""),
+    (["not a message"], ""),
     ([], ""),
+    ((), ""),
     (None, ""),
     (42, "42"),
     (Unprintable(), ""),
@@ -84,381 +71,84 @@ def test_completion_texts():
     assert completion_texts(["a", conv("b"), None]) == ["a", "b", ""]
     assert completion_texts(42) == ["42"]  # not iterable: one completion
     assert completion_texts(iter(["a"])) == ["a"]
-
-
-@pytest.mark.parametrize("text, expected", [
-    (GOOD, "42"),
-    ("<answer>  7 </answer>", "7"),
-    ("<answer>\n1\n</answer> and later <answer>\n2\n</answer>", "2"),  # the last block
-    ("<answer>1</answer><answer>2", "1"),  # the last *complete* block
-    ("<answer><answer>5</answer>", "5"),
-    ("<answer>\nmulti\nline\n</answer>", "multi\nline"),
-    ("<answer></answer>", ""),
-    ("no tags at all", None),
-    ("<answer>42", None),  # cut at max_completion_length
-    ("42</answer>", None),
-    ("", None),
-    (None, None),
-    (conv(GOOD), "42"),
-])
-def test_extract_answer(text, expected):
-    assert extract_answer(text) == expected
-
-
-def test_extract_reasoning():
-    assert extract_reasoning(MULTILINE).startswith("First, 15 + 20 = 35.\nThen")
-    assert extract_reasoning(conv(GOOD)) == "15 + 27 = 42"
-    assert extract_reasoning("<reasoning>\nnot closed") is None
-
-
-@pytest.mark.parametrize("text, expected", [
-    ("18.00", "18"), ("3.50", "3.5"), ("-7", "-7"), ("$18", "18"), ("1,234", "1234"),
-    ("$1,234,567.10", "1234567.1"), ("50%", "50"), (" 42. ", "42"), ("+5", "5"), ("007", "7"),
-    (".5", "0.5"), ("-0.0", "0"), ("$ 18", "18"), ("\u22127", "-7"), ("0", "0"), ("10", "10"),
-    ("100.0", "100"), (42, "42"), (3.5, "3.5"),
-    # not a single number
-    ("1 2", None), ("1,2", None), ("12,34", None), ("abc", None), ("", None), ("5 apples", None),
-    ("1/2", None), ("1e3", None), ("--5", None), ("1.2.3", None), ("..", None), (None, None),
-    (True, None), ("9" * 500, None),
-])
-def test_normalize_number(text, expected):
-    assert normalize_number(text) == expected
-
-
-def test_find_numbers():
-    assert find_numbers("Tom has 3 apples, buys 1,200 more: 1203. Then -4.50 off") == ["3", "1200", "1203", "-4.5"]
-    assert find_numbers(conv("costs $5 or 6%")) == ["5", "6"]
-    assert find_numbers("a2b x3") == []  # digits glued to words are not numbers
-    assert find_numbers(" ".join(["7"] * 50), limit=3) == ["7", "7", "7"]
-
-
-@pytest.mark.parametrize("pred, gold, expected", [
-    ("$1,080.00", "1080", True),
-    ("42", "$42.0", True),
-    ("  42 ", "42", True),
-    ("-7", "-7", True),
-    ("7", "-7", False),
-    ("1080.5", "1080", False),
-    ("42 apples", "42", False),  # a numeric gold needs a single number
-    ("forty-two", "42", False),
-    (42, "42", True),
-    # a gold answer that is not a number: the stripped text must be equal
-    ("Paris", "Paris", True),
-    (" Paris\n", "Paris", True),
-    ("paris", "Paris", False),
-    ("1/2", "1/2", True),
-    ("0.5", "1/2", False),
-    # nothing to compare
-    (None, "4", False),
-    ("4", None, False),
-    ("", "", False),
-    ("  ", "0", False),
-])
-def test_answer_matches_is_the_one_definition_of_right(pred, gold, expected):
-    assert answer_matches(pred, gold) is expected
-    assert correctness_reward(completions=[f"<answer>{'' if pred is None else pred}</answer>"],
-                              answer=[gold]) == [2.0 if expected else 0.0]
-
-
-def test_has_strict_format():
-    assert has_strict_format(GOOD) and has_strict_format(MULTILINE) and has_strict_format(conv(GOOD))
-    assert has_strict_format("<reasoning>  \nx\n\t</reasoning>\n\n<answer>\n4\n</answer>")
-    assert not has_strict_format("<reasoning>\n \n</reasoning>\n<answer>\n4\n</answer>")  # empty reasoning
-    assert not has_strict_format("<reasoning>\nx\n</reasoning>\n<answer>\n\n</answer>")  # empty answer
-    assert not has_strict_format("<reasoning>x</reasoning>\n<answer>\n4\n</answer>")  # tags not on own lines
-    assert not has_strict_format(None)
-
-
-# --------------------------------------------------------------------------- format rewards, case by case
-
-ALL_FORMAT = [strict_format_reward, soft_format_reward, xmlcount_reward]
-
-FORMAT_CASES = [
-    RewardCase(GOOD, {"strict_format_reward": 1.0, "soft_format_reward": 1.0, "xmlcount_reward": 1.0},
-               note="canonical"),
-    RewardCase(MULTILINE, {"strict_format_reward": 1.0, "soft_format_reward": 1.0, "xmlcount_reward": 1.0},
-               note="multi-line reasoning (DOTALL) and a final newline"),
-    RewardCase("  \n" + GOOD + "\n\n  ", {"strict_format_reward": 1.0}, note="outer whitespace"),
-    RewardCase(conv(GOOD), {"strict_format_reward": 1.0, "soft_format_reward": 1.0}, note="conversational"),
-    RewardCase("<reasoning>15 + 27 = 42</reasoning><answer>42</answer>",
-               {"strict_format_reward": 0.0, "soft_format_reward": 1.0, "xmlcount_reward": 1.0}, note="one line"),
-    RewardCase("Sure! " + GOOD, {"strict_format_reward": 0.0, "soft_format_reward": 1.0}, note="text before"),
-    RewardCase(GOOD + "\nHope that helps!",
-               {"strict_format_reward": 0.0, "soft_format_reward": 1.0,
-                "xmlcount_reward": 1.0 - 0.001 * len("Hope that helps!")}, note="text after"),
-    RewardCase("<answer>\n42\n</answer>\n<reasoning>\nx\n</reasoning>",
-               {"strict_format_reward": 0.0, "soft_format_reward": 0.0,
-                "xmlcount_reward": 1.0 - 0.001 * len("<reasoning>\nx\n</reasoning>")}, note="wrong order"),
-    RewardCase("<reasoning>\na\n</reasoning>\n<reasoning>\nb\n</reasoning>\n<answer>\n42\n</answer>",
-               {"strict_format_reward": 0.0, "soft_format_reward": 1.0, "xmlcount_reward": 0.5 - 0.25},
-               note="repeated reasoning block"),
-    RewardCase("<reasoning>\n15 + 27 = 42",
-               {"strict_format_reward": 0.0, "soft_format_reward": 0.0, "xmlcount_reward": 0.25}, note="truncated"),
-    RewardCase("", {"strict_format_reward": 0.0, "soft_format_reward": 0.0, "xmlcount_reward": 0.0}, note="empty"),
-    RewardCase(None, {"strict_format_reward": 0.0, "soft_format_reward": 0.0, "xmlcount_reward": 0.0},
-               note="None"),
-    RewardCase(conv(None), {"strict_format_reward": 0.0}, note="None content"),
-    RewardCase(GOOD + "x" * 5000, {"xmlcount_reward": 0.5}, note="trailing penalty capped at 0.5"),
-    RewardCase(GOOD * 3, {"strict_format_reward": 0.0, "soft_format_reward": 1.0, "xmlcount_reward": -0.5},
-               note="everything three times"),
-    RewardCase(GENERATED, {"strict_format_reward": 0.0, "soft_format_reward": 0.0, "xmlcount_reward": 0.75},
-               note="prefilled: the plain rewards do not see the opening tag"),
-]
-
-
-def test_format_reward_cases():
-    assert_cases(FORMAT_CASES, ALL_FORMAT)
-
-
-def test_prefilled_rewards_score_the_prefill_plus_the_completion():
-    cases = [
-        RewardCase(GENERATED, {"prefilled_strict_format_reward": 1.0, "prefilled_soft_format_reward": 1.0,
-                               "prefilled_xmlcount_reward": 1.0}, note="what the model generated"),
-        RewardCase(conv(GENERATED), {"prefilled_strict_format_reward": 1.0}, note="conversational"),
-        RewardCase("Step 1: 15 + 20 = 35\nStep 2: 35 + 7 = 42\n</reasoning>\n<answer>\n42\n</answer>",
-                   {"prefilled_strict_format_reward": 1.0}, note="multi-line after the prefill"),
-        RewardCase(PREFILL + GENERATED, {"prefilled_strict_format_reward": 0.0, "prefilled_soft_format_reward": 1.0,
-                                         "prefilled_xmlcount_reward": 0.75 - 0.125},
-                   note="the model wrote the prefilled tag again: shown twice, counted as the error it is"),
-        RewardCase("15 + 27 = 42 </reasoning>", {"prefilled_strict_format_reward": 0.0,
-                                                "prefilled_soft_format_reward": 0.0},
-                   note="closes the reasoning, no answer"),
-        RewardCase(None, {"prefilled_strict_format_reward": 0.0, "prefilled_xmlcount_reward": 0.25}),
-    ]
-    assert_cases(cases, [prefilled_strict_format_reward, prefilled_soft_format_reward, prefilled_xmlcount_reward])
-
-
-def test_get_prefilled_reward_names_documents_and_passes_columns_through():
-    think = get_prefilled_reward(strict_format_reward, "<think>\n")
-    assert think.__name__ == think.__qualname__ == "prefilled_strict_format_reward"
-    assert "'<think>\\n'" in think.__doc__
-    assert think(completions=["x"]) == [0.0]
-    seen = {}
-
-    def spy_reward(completions, answer, **kwargs):
-        seen.update(completions=completions, answer=answer, kwargs=kwargs)
-        return [1.0] * len(completions)
-
-    wrapped = get_prefilled_reward(spy_reward, "[P]")
-    assert wrapped.__name__ == "prefilled_spy_reward"
-    assert wrapped(completions=["a", conv("b")], answer=["1", "2"], trainer_state=None) == [1.0, 1.0]
-    assert seen == {"completions": ["[P]a", "[P]b"], "answer": ["1", "2"], "kwargs": {"trainer_state": None}}
-
-
-def test_the_module_level_prefilled_rewards_use_the_course_prefill_and_are_importable():
-    for f in (prefilled_strict_format_reward, prefilled_soft_format_reward, prefilled_xmlcount_reward):
-        assert f.__name__.startswith("prefilled_") and f.__module__ == "helpers.rewards"
-        assert getattr(importlib.import_module(f.__module__), f.__name__) is f  # trl grpo: reward by import path
-        assert pickle.loads(pickle.dumps(f)) is f
-        plain = getattr(R, f.__name__.removeprefix("prefilled_"))
-        assert f(completions=[GENERATED, "x"]) == plain(completions=[PREFILL + GENERATED, PREFILL + "x"])
-
-
-# --------------------------------------------------------------------------- answer rewards
-
-ANSWER_REWARDS = [correctness_reward, numeric_answer_reward, partial_correctness_reward]
-
-ANSWER_CASES = [
-    RewardCase(GOOD, {"correctness_reward": 2.0, "numeric_answer_reward": 0.5, "partial_correctness_reward": 1.0},
-               answer="42"),
-    RewardCase(conv(MULTILINE), {"correctness_reward": 2.0}, answer="42", note="multi-line, conversational"),
-    RewardCase("<answer>$42.00</answer>", {"correctness_reward": 2.0, "numeric_answer_reward": 0.5}, answer="42"),
-    RewardCase("<answer>1,234</answer>", {"correctness_reward": 2.0}, answer="1234"),
-    RewardCase("<answer>41</answer>", {"correctness_reward": 0.0, "numeric_answer_reward": 0.5,
-                                       "partial_correctness_reward": 0.0}, answer="42", note="wrong but a number"),
-    RewardCase("<answer>15 + 27 = 42</answer>", {"correctness_reward": 0.0, "numeric_answer_reward": 0.0,
-                                                 "partial_correctness_reward": 0.5}, answer="42",
-               note="the right number among others"),
-    RewardCase("15 + 27 = 42", {"correctness_reward": 0.0, "numeric_answer_reward": 0.0,
-                                "partial_correctness_reward": 0.25}, answer="42", note="no tags, last number right"),
-    RewardCase("42 is close to 40", {"partial_correctness_reward": 0.0}, answer="42", note="right, not last"),
-    RewardCase("<answer>41</answer> I mean 42", {"partial_correctness_reward": 0.25}, answer="42"),
-    RewardCase(" ".join(str(i) for i in range(100)), {"partial_correctness_reward": 0.0}, answer="42",
-               note="listing numbers does not pay"),
-    RewardCase("<answer>42", {"correctness_reward": 0.0, "numeric_answer_reward": 0.0}, answer="42", note="unclosed"),
-    RewardCase("<answer>1</answer><answer>42</answer>", {"correctness_reward": 2.0}, answer="42",
-               note="the last block counts"),
-    RewardCase("<answer>42</answer>", {"correctness_reward": 0.0}, columns={"answer": None}, note="no gold"),
-    RewardCase("<answer>Paris</answer>", {"correctness_reward": 2.0, "numeric_answer_reward": 0.0,
-                                          "partial_correctness_reward": None}, answer="Paris",
-               note="non-numeric gold: text match; partial credit does not apply"),
-    RewardCase("<answer>-7</answer>", {"correctness_reward": 2.0}, answer="-7"),
-    RewardCase("<answer>7</answer>", {"correctness_reward": 0.0}, answer="-7"),
-]
-
-
-def test_answer_reward_cases():
-    assert_cases(ANSWER_CASES, ANSWER_REWARDS)
-
-
-def test_partial_credit_reads_the_last_number_of_a_long_completion():
-    listing = " ".join(str(i) for i in range(3000))  # more numbers than find_numbers' default limit
-    assert partial_correctness_reward([listing], answer=["2999"]) == [0.25]
-    assert partial_correctness_reward([listing], answer=["999"]) == [0.0]
-    assert partial_correctness_reward([listing + " 1,2"], answer=["2999"]) == [0.25]  # "1,2" is not a number
-
-
-def test_correctness_reward_logs_the_gold_and_extracted_answers():
-    logged = []
-    scores = correctness_reward(completions=[GOOD, "no answer", conv("<answer> 7 </answer>")], answer=["42", 42, "8"],
-                                log_extra=lambda column, values: logged.append((column, values)))
-    assert scores == [2.0, 0.0, 0.0]
-    assert logged == [("answer", ["42", "42", "8"]), ("extracted", ["42", "", "7"])]
-
-
-def test_rewards_take_trl_call_shapes():
-    """Exactly how GRPOTrainer calls a reward: keywords, every column as a list, trainer extras."""
-    comps = [conv(GOOD), conv("nope")]
-    kw = dict(prompts=[[{"role": "user", "content": "q"}]] * 2, completions=comps, completion_ids=[[1, 2], [3]],
-              answer=["42", "42"], question=["q", "q"], trainer_state=object(), log_extra=lambda c, v: None,
-              log_metric=lambda name, value: None)
-    for f, want in [(correctness_reward, [2.0, 0.0]), (strict_format_reward, [1.0, 0.0]),
-                    (prefilled_strict_format_reward, [0.0, 0.0]), (partial_correctness_reward, [1.0, 0.0]),
-                    (numeric_answer_reward, [0.5, 0.0])]:
-        assert f(**kw) == want, f.__name__
-    assert strict_format_reward([GOOD]) == [1.0]  # positional, as notebook 02 calls them
-    assert strict_format_reward(completions=[GOOD], text=["other"]) == [1.0]  # a column named "text"
-    assert correctness_reward(completions=[], answer=[]) == []
-
-
-def test_target_length_reward():
-    words = get_target_length_reward(10)
-    assert words.__name__ == "target_length_10_words_reward"
-    assert words(completions=["w " * 10, "w " * 5, "w " * 15, "w " * 20, "w " * 40, ""]) == [1.0, 0.5, 0.5, 0.0,
-                                                                                               0.0, 0.0]
-    tokens = get_target_length_reward(4, unit="tokens")
-    assert tokens.__name__ == "target_length_4_tokens_reward"
-    assert tokens(completions=["a", "b"], completion_ids=[[1, 2, 3, 4], [1, 2]]) == [1.0, 0.5]
-    assert tokens(completions=["a", "b"]) == [None, None]  # no token ids: does not apply
-    assert get_target_length_reward(5, unit="chars")(completions=["abcde", conv("ab")]) == [1.0, 0.4]
-    with pytest.raises(ValueError, match="words/chars/tokens"):
-        get_target_length_reward(5, unit="lines")
-    with pytest.raises(ValueError, match="target must be > 0"):
-        get_target_length_reward(0)
-
-
-# --------------------------------------------------------------------------- presets
-
-
-def _at_most(name: str) -> float:
-    return float(re.search(r"at most ([\d.]+)", R.PRESETS[name])[1])
-
-
-@pytest.mark.parametrize("name", list(R.PRESETS))
-def test_preset_with_the_default_prefill_uses_the_module_level_instances(name):
-    preset = get_preset(name)
-    names = [f.__name__ for f, _ in preset]
-    assert len(set(names)) == len(names) and all(n.endswith("_reward") for n in names)
-    assert all(w > 0 for _, w in preset)
-    for f, _ in preset:
-        assert getattr(R, f.__name__) is f  # importable by name, picklable
-        assert not f.__name__.startswith(("strict_", "soft_", "xmlcount_"))  # format rewards are prefilled
-    # the preset's description states the most a completion can earn; a perfect one earns exactly that
-    total = score_table([GENERATED], preset, answer=["42"])["total"][0]
-    assert total == pytest.approx(_at_most(name))
-
-
-@pytest.mark.parametrize("prefill", ["", None])
-def test_preset_without_a_prefill_uses_the_plain_rewards(prefill):
-    funcs = [f for f, _ in get_preset("format-only", prefill=prefill)]
-    assert funcs == [strict_format_reward, soft_format_reward, xmlcount_reward]
-    assert [f for f, _ in get_preset("arithmetic", prefill=prefill)][2] is strict_format_reward
-    assert score_table([GOOD], get_preset("gsm8k", prefill=prefill), answer=["42"])["total"][0] == _at_most("gsm8k")
-
-
-def test_preset_with_another_prefill_builds_matching_rewards():
-    preset = get_preset("format-only", prefill="<reasoning>\nLet me think.")
-    strict = preset[0][0]
-    assert strict.__name__ == "prefilled_strict_format_reward" and strict is not prefilled_strict_format_reward
-    assert strict(completions=["\n15 + 27 = 42\n</reasoning>\n<answer>\n42\n</answer>"]) == [1.0]
-
-
-def test_presets_weights_and_errors():
-    assert [(f.__name__, w) for f, w in get_preset("arithmetic")] == [
-        ("correctness_reward", 1.0), ("partial_correctness_reward", 0.5),
-        ("prefilled_strict_format_reward", 0.5), ("prefilled_xmlcount_reward", 0.25)]
-    assert "correctness_reward" not in [f.__name__ for f, _ in get_preset("format-only")]
-    with pytest.raises(ValueError, match="Unknown reward preset 'nope'.*format-only, arithmetic, gsm8k"):
-        get_preset("nope")
-
-
-# --------------------------------------------------------------------------- never raise, on anything
-
-TAG = st.sampled_from([REASONING_START, REASONING_END, ANSWER_START, ANSWER_END, "\n", " ", "42", "-3.5",
-                       "$1,234", "1,2", "\\frac{1}{2}", "<answer", "answer>", "</", "<", PREFILL])
-TEXT = st.one_of(
-    st.text(max_size=200),
-    st.lists(st.one_of(TAG, st.text(max_size=8)), max_size=40).map("".join),
-    st.builds(lambda a, n: a * n, st.sampled_from([REASONING_START, ANSWER_END, "(", "9^", "<answer>1", "1,"]),
-              st.integers(0, 3000)),
-)
-COMPLETION = st.one_of(TEXT, TEXT.map(conv), st.none(), st.just(conv(None)), st.just([{"role": "assistant"}]),
-                       st.just([]), st.just(Unprintable()), st.integers())
-
-FAST_REWARDS = [
-    strict_format_reward, soft_format_reward, xmlcount_reward, correctness_reward, numeric_answer_reward,
-    partial_correctness_reward, get_target_length_reward(20), get_target_length_reward(8, unit="tokens"),
-    get_target_length_reward(50, unit="chars"), prefilled_strict_format_reward, prefilled_soft_format_reward,
-    prefilled_xmlcount_reward, get_prefilled_reward(xmlcount_reward, "<think>"),
-]
-NONE_ALLOWED = {"partial_correctness_reward", "target_length_8_tokens_reward"}
-
-
-@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(comps=st.lists(COMPLETION, max_size=8),
-       answers=st.lists(st.one_of(st.none(), st.text(max_size=12), st.integers(),
-                                  st.sampled_from(["42", "-7", "3.5", "1,234", "#### 5"])), min_size=8, max_size=8),
-       with_ids=st.booleans())
-def test_rewards_never_raise_on_generated_completions(comps, answers, with_ids):
-    n = len(comps)
-    ids = [list(range(len(completion_text(c)) % 40)) for c in comps] if with_ids else None
-    for f in FAST_REWARDS:
-        out = f(prompts=[None] * n, completions=comps, completion_ids=ids, answer=answers[:n],
-                log_extra=lambda column, values: None)
-        assert isinstance(out, list) and len(out) == n, f.__name__
-        for v in out:
-            assert (v is None and f.__name__ in NONE_ALLOWED) or isinstance(v, float), (f.__name__, v)
-        if "xmlcount" in f.__name__:
-            assert all(-1.0 <= v <= 1.0 for v in out)
-        if "format" in f.__name__:
-            assert set(out) <= {0.0, 1.0}
-
-
-@settings(max_examples=1000, deadline=None)
-@given(st.text(max_size=60))
-def test_parsers_are_total_and_normalize_number_is_idempotent(text):
-    a = extract_answer(text)
-    assert a is None or isinstance(a, str)
-    n = normalize_number(text)
-    assert n is None or re.fullmatch(r"-?\d+(\.\d*[1-9])?", n)
-    if n is not None:
-        assert normalize_number(n) == n
-        assert answer_matches(text, n)
-
-
-@settings(max_examples=200, deadline=None)
-@given(st.integers(-10**9, 10**9), st.integers(0, 3))
-def test_normalize_number_reads_formatted_numbers(value, zeros):
-    s = f"{value:,}" + ("." + "0" * zeros if zeros else "")
-    assert normalize_number(s) == str(value)
-    assert normalize_number(f"${s}") == str(value)
-
-
-def test_megabyte_and_tag_soup_completions():
-    """Linear-time parsing: right shape, no error, sensible scores on huge adversarial texts."""
-    huge = [
-        "<reasoning>\n" + "x" * 1_000_000,
-        "<reasoning>" * 100_000,
-        "<answer>1</answer>" * 50_000,
-        GOOD + "\n" + "y " * 500_000,
-        "\u202e\u0000" * 10_000 + GOOD,
-        "1 " * 200_000,
-    ]
-    for f in FAST_REWARDS:
-        out = f(completions=huge, answer=["42"] * len(huge), completion_ids=[[1] * 10] * len(huge))
-        assert len(out) == len(huge) and all(v is None or isinstance(v, float) for v in out), f.__name__
-    assert strict_format_reward(completions=huge) == [0.0] * 6
-    assert soft_format_reward(completions=huge)[3:5] == [1.0, 1.0]
-    assert correctness_reward(completions=huge, answer=["1"] * 6)[2] == 2.0
-    assert xmlcount_reward(completions=huge)[3] == 0.5  # trailing text: penalty capped
-    assert partial_correctness_reward(completions=huge, answer=["1"] * 6)[5] == 0.25
+    assert completion_texts([Unprintable(), "x"]) == ["", "x"]
+
+
+# --------------------------------------------------------------------------- Prefilled
+
+
+def test_prefilled_scores_the_prefill_plus_the_completion():
+    wrapped = Prefilled(spy_reward, "[P]")
+    assert wrapped(completions=["a", conv("b")], answer=["1", "2"], trainer_state=None) == [
+        "[P]a|1|['trainer_state']", "[P]b|2|['trainer_state']"]  # every other column passes through untouched
+    assert wrapped(completions=None) == []
+    assert wrapped(completions=[None]) == ["[P]|None|[]"]
+    assert wrapped(["x"]) == ["[P]x|None|[]"]  # positional, as notebook 02 calls rewards
+    assert Prefilled(strict_format_reward, PREFILL)(completions=[GENERATED, PREFILL + GENERATED]) == [1.0, 0.0]
+
+
+def test_prefilled_is_named_and_documented_for_trls_logs():
+    shout = Prefilled(starts_with_hi, "HI")
+    assert shout.__name__ == "prefilled_starts_with_hi"
+    assert shout.__doc__ == "starts_with_hi on 'HI' + completion (the chat template wrote the prefill)."
+    assert repr(shout) == "Prefilled(starts_with_hi, 'HI')"
+    assert (shout.reward, shout.prefill) == (starts_with_hi, "HI")
+    assert Prefilled(lambda completions, **kw: [], "x").__name__ == "prefilled_<lambda>"
+
+    class Scorer:
+        def __call__(self, completions, **kwargs):
+            return [1.0] * len(completions)
+
+    assert Prefilled(Scorer(), "x").__name__ == "prefilled_Scorer"  # an object without a __name__
+
+
+def test_a_prefilled_reward_pickles_and_keeps_its_behaviour():
+    """Launchers that spawn processes pickle reward functions: a Prefilled is a plain module-level class."""
+    shout = Prefilled(starts_with_hi, "H")
+    back = pickle.loads(pickle.dumps(shout))
+    assert isinstance(back, Prefilled) and back.__name__ == shout.__name__ and back.prefill == "H"
+    assert back.reward is starts_with_hi and back(completions=["I there", "x"]) == [1.0, 0.0]
+    module_level = pickle.loads(pickle.dumps(prefilled_strict_format_reward))
+    assert module_level(completions=[GENERATED]) == [1.0] and module_level.reward is strict_format_reward
+
+
+def test_a_module_level_prefilled_reward_is_importable_by_name():
+    """`trl grpo` loads rewards by dotted path: each task's Prefilled rewards are module-level names, beside the
+    reward they wrap or in the task's module."""
+    for key in ("arithmetic", "json"):
+        task = get_task(key)
+        for func, _ in task.rewards:
+            if isinstance(func, Prefilled):
+                homes = [importlib.import_module(m) for m in (func.reward.__module__, type(task).__module__)]
+                assert any(getattr(m, func.__name__, None) is func for m in homes), func.__name__
+
+
+def test_the_prefill_written_twice_is_shown_twice():
+    """A model that writes the prefilled tag again is scored on the text with it twice: an error, counted."""
+    wrapped = Prefilled(xmlcount_reward, PREFILL)
+    assert wrapped(completions=[GENERATED]) == [1.0]
+    assert wrapped(completions=[PREFILL + GENERATED]) == [0.75 - 0.125]
+
+
+# --------------------------------------------------------------------------- reward lists and weights
+
+
+def test_weighted_accepts_a_function_a_list_and_pairs():
+    assert weighted(correctness_reward) == [("correctness_reward", correctness_reward, 1.0)]
+    assert [(n, w) for n, _, w in weighted([correctness_reward, (strict_format_reward, 0.5)])] == [
+        ("correctness_reward", 1.0), ("strict_format_reward", 0.5)]
+    assert [w for _, _, w in weighted(get_task("arithmetic").rewards)] == [1.0, 0.5, 0.5, 0.25]
+    assert isinstance(weighted([(correctness_reward, 2)])[0][2], float)
+    assert weighted((f for f in [correctness_reward]))[0][0] == "correctness_reward"  # any iterable
+    assert [n for n, _, _ in weighted([Prefilled(starts_with_hi, "HI")])] == ["prefilled_starts_with_hi"]
+
+
+def test_weighted_refuses_shared_names_and_non_functions():
+    with pytest.raises(ValueError, match=r"share the name\(s\) \['correctness_reward'\].*__name__"):
+        weighted([correctness_reward, (correctness_reward, 0.5)])
+    with pytest.raises(ValueError, match=r"\['prefilled_starts_with_hi'\]"):
+        weighted([Prefilled(starts_with_hi, "a"), Prefilled(starts_with_hi, "b")])  # two prefills, one name
+    with pytest.raises(TypeError, match="reward function or a \\(function, weight\\) pair, got 42"):
+        weighted([42])
+    with pytest.raises(TypeError, match=r"got \('correctness_reward', 1.0\)"):
+        weighted([("correctness_reward", 1.0)])

@@ -1,21 +1,68 @@
-"""helpers.runs: run folders, atomic JSON and folders, the free-disk check, run.json."""
+"""helpers.runs: where things live, run folders, the course's data files, atomic writes, the free-disk check."""
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
+import urllib.request
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 from helpers import runs
-from helpers.config import get_profile
-from helpers.runs import atomic_folder, check_free_disk, read_json, record_run_info, run_dir, write_json
+from helpers.profiles import REPO_REF, get_profile
+from helpers.runs import (
+    atomic_folder,
+    cache_dir,
+    check_free_disk,
+    data_file,
+    project_root,
+    read_json,
+    run_dir,
+    runs_root,
+    write_bytes,
+    write_json,
+    write_jsonl,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _siblings(path: Path) -> list[str]:
     return sorted(p.name for p in path.parent.iterdir())
+
+
+# --------------------------------------------------------------------------- where things live
+
+
+def test_project_root_is_this_checkout():
+    assert project_root() == ROOT
+    assert (ROOT / "pyproject.toml").is_file()
+
+
+def test_paths_follow_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("COURSE_CACHE", str(tmp_path / "c"))
+    monkeypatch.setenv("COURSE_RUNS", str(tmp_path / "r"))
+    assert cache_dir() == tmp_path / "c"
+    assert runs_root() == tmp_path / "r"
+    monkeypatch.setenv("COURSE_RUNS", "~/my-runs")
+    assert runs_root() == Path.home() / "my-runs"
+    monkeypatch.delenv("COURSE_RUNS")
+    assert runs_root() == ROOT / "runs"
+    monkeypatch.setattr(runs, "project_root", lambda: None)  # a bare install: the working folder
+    monkeypatch.chdir(tmp_path)
+    assert runs_root() == tmp_path / "runs"
+
+
+def test_cache_dir_defaults_to_the_user_cache(monkeypatch):
+    from platformdirs import user_cache_dir
+
+    monkeypatch.delenv("COURSE_CACHE", raising=False)
+    assert cache_dir() == Path(user_cache_dir("grpo-course"))
+    monkeypatch.setenv("COURSE_CACHE", "  ")  # blank counts as unset
+    assert cache_dir() == Path(user_cache_dir("grpo-course"))
 
 
 # --------------------------------------------------------------------------- run folders
@@ -35,7 +82,40 @@ def test_default_run_dir_is_per_profile(monkeypatch, tmp_path):
     assert run_dir() == tmp_path / "lab-cpu-smoke" and (tmp_path / "lab-cpu-smoke").is_dir()
 
 
-# --------------------------------------------------------------------------- JSON
+# --------------------------------------------------------------------------- the course's data files
+
+
+def test_data_file_finds_the_checkout_copy():
+    assert data_file("custom_example.csv") == ROOT / "data" / "custom_example.csv"
+    assert data_file("gsm8k_sample/test.jsonl").is_file()
+
+
+def test_data_file_on_a_bare_install_fetches_once_or_says_what_to_do(tmp_path, monkeypatch):
+    monkeypatch.setattr(runs, "project_root", lambda: None)
+    monkeypatch.setenv("COURSE_CACHE", str(tmp_path))
+    urls = []
+
+    def fake_urlopen(url, timeout=None):
+        urls.append(url)
+        return io.BytesIO(b"question,answer\n")
+
+    monkeypatch.setattr(urllib.request, "urlopen", fake_urlopen)
+    path = data_file("custom_example.csv")
+    assert path == tmp_path / "data" / "custom_example.csv" and path.read_text() == "question,answer\n"
+    assert urls == [f"https://raw.githubusercontent.com/grpo-course/grpo-course/{REPO_REF}/data/custom_example.csv"]
+    assert data_file("custom_example.csv") == path and len(urls) == 1  # cached
+    assert sorted(p.name for p in path.parent.iterdir()) == ["custom_example.csv"]  # no temporary file left
+
+    def offline(url, timeout=None):
+        raise OSError("no network")
+
+    monkeypatch.setattr(urllib.request, "urlopen", offline)
+    with pytest.raises(FileNotFoundError, match="could not be fetched.*no network.*pip install -e"):
+        data_file("custom_broken.csv")
+    assert not (tmp_path / "data" / "custom_broken.csv").exists()
+
+
+# --------------------------------------------------------------------------- atomic files
 
 
 def test_write_json_is_atomic_and_readable(tmp_path):
@@ -44,6 +124,25 @@ def test_write_json_is_atomic_and_readable(tmp_path):
     assert path.read_text().endswith("}\n")
     write_json(path, [1, 2])
     assert read_json(path) == [1, 2] and _siblings(path) == ["x.json"]
+
+
+def test_write_jsonl_writes_one_object_per_line(tmp_path):
+    path = write_jsonl(tmp_path / "m.jsonl", [{"step": 1, "at": Path("/x")}, {"step": 2}])
+    assert [json.loads(line) for line in path.read_text().splitlines()] == [{"step": 1, "at": "/x"}, {"step": 2}]
+    assert write_jsonl(path, []).read_text() == "" and _siblings(path) == ["m.jsonl"]
+
+
+def test_write_bytes_replaces_a_file_whole(tmp_path, monkeypatch):
+    path = write_bytes(tmp_path / "deep" / "f.bin", b"old")
+    assert path.read_bytes() == b"old"
+
+    def killed(src, dst):
+        raise KeyboardInterrupt  # the process dies between writing the temporary file and the rename
+
+    monkeypatch.setattr(runs.os, "replace", killed)
+    with pytest.raises(KeyboardInterrupt):
+        write_bytes(path, b"new")
+    assert path.read_bytes() == b"old"  # never a half-written file under the real name
 
 
 # --------------------------------------------------------------------------- atomic folders
@@ -119,20 +218,6 @@ def test_check_free_disk_names_the_shortfall(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="Not enough disk for a GGUF export"):
         check_free_disk(tmp_path, 2e9, what="a GGUF export")
     assert check_free_disk(tmp_path, 1.5e9) == 1.5e9
-
-
-# --------------------------------------------------------------------------- run.json
-
-
-def test_run_info_records_profile_versions_machine_and_keeps_earlier_keys(tmp_path):
-    record_run_info(tmp_path, get_profile("cpu-smoke"), notebook="01")
-    created = read_json(tmp_path / "run.json")["created"]
-    record_run_info(tmp_path, get_profile("cpu-smoke", max_steps=7), adapter="adapter/")
-    info = json.loads((tmp_path / "run.json").read_text())
-    assert info["profile"] == get_profile("cpu-smoke", max_steps=7).to_dict()
-    assert info["versions"]["trl"] == "1.13.0" and info["versions"]["transformers"]
-    assert set(info["machine"]) == {"python", "platform", "cpus"} and info["machine"]["cpus"] >= 1
-    assert info["notebook"] == "01" and info["adapter"] == "adapter/" and info["created"] == created
 
 
 # --------------------------------------------------------------------------- run folders that outlive a session

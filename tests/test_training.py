@@ -1,4 +1,5 @@
-"""helpers.training: config checks, the GRPOConfig of every profile, the warm-up, and a real run that resumes."""
+"""helpers.training: config checks, precision, the GRPOConfig of every profile and task, the warm-up of both
+tasks, the run's own record, and real runs (one that stops and resumes; the JSON task by its profile alone)."""
 
 import copy
 import json
@@ -9,9 +10,12 @@ from types import SimpleNamespace as NS
 import pytest
 
 from helpers import training
-from helpers.config import PROFILES, get_profile
-from helpers.prompts import PREFILL, build_prompt, encode, install_prefill
-from helpers.rewards import answer_matches, extract_answer, get_preset, has_strict_format
+from helpers.profiles import PROFILES, get_profile
+from helpers.prompts import build_prompt, encode, install_prefill
+from helpers.tasks import get_task
+from helpers.tasks.arithmetic import PRESETS
+from helpers.tasks.orders import JSON_PREFILL
+from helpers.tasks.reasoning import PREFILL, SYSTEM_PROMPT
 from helpers.training import (
     REMOVED_ARGS,
     TrainingConfigError,
@@ -19,13 +23,19 @@ from helpers.training import (
     ensure_adapter,
     explain_config_error,
     grpo_config,
+    grpo_kwargs,
     last_checkpoint,
+    precision,
+    sft_kwargs,
+    torch_dtype,
     warmup_dataset,
+    write_train_config,
 )
 
 SMOKE = get_profile("cpu-smoke")
+JSON_SMOKE = get_profile("cpu-smoke", task="json")
 T4, A100 = (7, 5), (8, 0)
-NOTEBOOK_03 = Path(__file__).resolve().parents[1] / "notebooks" / "03_grpo_training.ipynb"
+TASKS = ["arithmetic", "json"]
 
 
 def cfg(**changes):
@@ -34,7 +44,30 @@ def cfg(**changes):
 
 
 def weights(profile):
-    return [w for _, w in get_preset(profile.reward_preset, prefill=profile.prefill)]
+    return [w for _, w in get_task(profile.task).rewards_for(profile.task_level)]
+
+
+def pretend_ampere_with_vllm(monkeypatch):
+    """bf16 cannot be built on a CPU (transformers checks the GPU) and vLLM is not installed here."""
+    monkeypatch.setattr("transformers.training_args.is_torch_bf16_gpu_available", lambda: True)
+    monkeypatch.setattr(training, "installed", lambda name: True)
+
+
+# --------------------------------------------------------------------------- precision
+
+
+@pytest.mark.parametrize("profile, capability, bits, dtype", [
+    (SMOKE, None, (False, False), "float32"),
+    (SMOKE, A100, (False, False), "float32"),  # a CPU profile trains in float32 even beside a GPU
+    (get_profile("colab-t4"), None, (False, False), "float32"),  # no GPU seen
+    (get_profile("colab-t4"), T4, (False, True), "float16"),
+    (get_profile("colab-t4"), A100, (True, False), "bfloat16"),
+    (get_profile("colab-t4", model="gemma3-1b"), T4, (False, False), "float32"),  # Gemma 3 overflows in fp16
+    (get_profile("colab-t4", model="gemma3-1b"), A100, (True, False), "bfloat16"),
+])
+def test_precision_follows_the_backend_the_capability_and_the_model(profile, capability, bits, dtype):
+    assert precision(profile, capability) == {"bf16": bits[0], "fp16": bits[1]}
+    assert torch_dtype(profile, capability) == dtype
 
 
 # --------------------------------------------------------------------------- check_config
@@ -46,7 +79,8 @@ def weights(profile):
     (get_profile("colab-t4"), cfg(bf16=True), T4, "compute capability 7.5"),
     (get_profile("colab-t4", model="gemma3-1b"), cfg(fp16=True), T4, "Gemma 3 overflows in fp16"),
     (SMOKE, cfg(max_completion_length=19), None, "too short for the 'arithmetic' task: .* at least 20"),
-    (get_profile("colab-t4"), cfg(max_completion_length=127, fp16=True), T4, "'gsm8k' task: .* at least 128"),
+    (JSON_SMOKE, cfg(max_completion_length=31), None, "too short for the 'json' task: .* at least 32"),
+    (get_profile("colab-t4", task="json"), cfg(max_completion_length=31, fp16=True), T4, "'json' task: .* at least 32"),
     (SMOKE, cfg(max_completion_length=None), None, "max_completion_length=None is too short"),
     (SMOKE, cfg(max_completion_length=300), None, r"300 \+ max_prompt_tokens=256 exceeds max_seq_length=512"),
     (SMOKE, cfg(use_vllm=True), None, "vLLM needs a CUDA GPU"),
@@ -58,33 +92,39 @@ def test_check_config_rejects_what_trl_accepts(profile, config, capability, mess
 
 @pytest.mark.parametrize("profile, config, capability", [
     (SMOKE, cfg(max_completion_length=20), None),
+    (JSON_SMOKE, cfg(max_completion_length=32), None),
     (get_profile("colab-t4"), cfg(fp16=True), T4),
     (get_profile("colab-t4", model="gemma3-1b"), cfg(), T4),  # float32 on a T4
-    (get_profile("gpu-large"), cfg(bf16=True, max_completion_length=512, use_vllm=True), A100),
+    (get_profile("gpu-large", use_vllm=True), cfg(bf16=True, max_completion_length=512, use_vllm=True), A100),
 ])
 def test_check_config_passes_what_the_profiles_choose(profile, config, capability):
     check_config(config, profile, capability=capability, vllm_installed=True)
 
 
-def test_vllm_on_a_gpu_needs_it_installed():
-    large = get_profile("gpu-large")
+def test_vllm_on_a_gpu_needs_it_installed(monkeypatch):
+    large = get_profile("gpu-large", use_vllm=True)
     config = cfg(bf16=True, max_completion_length=512, use_vllm=True)
-    with pytest.raises(TrainingConfigError, match=r"vLLM is not installed: `pip install grpo-course\[vllm\]`"):
+    with pytest.raises(TrainingConfigError, match=r"vLLM is not installed\. Set use_vllm=False"):
         check_config(config, large, capability=A100, vllm_installed=False)
-    if training.importlib.util.find_spec("vllm") is None:  # detected when not told
-        with pytest.raises(TrainingConfigError, match="not installed"):
-            check_config(config, large, capability=A100)
+    monkeypatch.setattr(training, "installed", lambda name: name != "vllm")  # detected when not told
+    with pytest.raises(TrainingConfigError, match="not installed"):
+        check_config(config, large, capability=A100)
+    monkeypatch.setattr(training, "installed", lambda name: True)
+    check_config(config, large, capability=A100)
 
 
 def test_several_problems_are_reported_together():
     with pytest.raises(TrainingConfigError) as err:
         check_config(cfg(bf16=True, max_completion_length=8, use_vllm=True), SMOKE)
     lines = str(err.value).splitlines()
-    assert lines[0] == "Fix these training settings:" and len(lines) == 4
+    assert lines[0] == "Fix these settings:" and len(lines) == 4
+    assert "bf16=True on a CPU" in lines[1] and "too short" in lines[2] and "vLLM needs a CUDA GPU" in lines[3]
 
 
-def test_the_course_config_passes(tmp_path):
-    check_config(grpo_config(SMOKE, tmp_path, weights(SMOKE)), SMOKE)
+@pytest.mark.parametrize("task", TASKS)
+def test_the_course_config_passes(tmp_path, task):
+    profile = get_profile("cpu-smoke", task=task)
+    check_config(grpo_config(profile, tmp_path), profile)
 
 
 # --------------------------------------------------------------------------- explain_config_error
@@ -99,7 +139,7 @@ def test_removed_arguments_get_their_fix(tmp_path, name, fix):
         GRPOConfig(output_dir=str(tmp_path), **{name: 1})
     assert fix in explain_config_error(err.value) and explain_config_error(err.value) == REMOVED_ARGS[name]
     with pytest.raises(TypeError) as err:  # grpo_config passes overrides straight to GRPOConfig
-        grpo_config(SMOKE, tmp_path, weights(SMOKE), **{name: 1})
+        grpo_config(SMOKE, tmp_path, **{name: 1})
     assert explain_config_error(err.value) == REMOVED_ARGS[name]
 
 
@@ -109,62 +149,85 @@ def test_other_errors_are_returned_as_they_are():
     assert explain_config_error(ValueError("boom")) == "boom"
 
 
-# --------------------------------------------------------------------------- grpo_config
+# --------------------------------------------------------------------------- grpo_kwargs, grpo_config
 
 
 def test_cpu_config_from_the_profile_and_overrides(tmp_path):
-    config = grpo_config(SMOKE, tmp_path, weights(SMOKE), max_steps=5, learning_rate=2e-4)
+    config = grpo_config(SMOKE, tmp_path, max_steps=5, learning_rate=2e-4)
     assert config.output_dir == str(tmp_path / "grpo")
     assert (config.max_steps, config.learning_rate) == (5, 2e-4)
     assert (config.num_generations, config.per_device_train_batch_size) == (2, 2)
     assert config.max_completion_length == SMOKE.max_completion_length and config.beta == 0.0
-    assert config.reward_weights == weights(SMOKE) == [1.0, 0.5, 0.5, 0.25]
+    assert config.reward_weights == weights(SMOKE) == [w for _, w in PRESETS["arithmetic"]] == [1.0, 0.5, 0.5, 0.25]
     assert config.use_cpu and not config.bf16 and not config.fp16 and not config.use_vllm
     assert config.log_completions and config.logging_steps == 1 and config.save_steps == SMOKE.save_steps
     assert config.optim == "adamw_torch" and config.chat_template_kwargs is None
     assert config.generation_batch_size % config.num_generations == 0
-    assert grpo_config(get_profile("cpu-demo"), tmp_path, weights(SMOKE)).num_generations == 8
+    assert grpo_config(get_profile("cpu-demo"), tmp_path).num_generations == 8
     with pytest.raises(TrainingConfigError, match="too short"):  # checked after the overrides
-        grpo_config(SMOKE, tmp_path, weights(SMOKE), max_completion_length=8)
+        grpo_config(SMOKE, tmp_path, max_completion_length=8)
+
+
+def test_the_json_task_brings_its_rewards_weights_and_length(tmp_path):
+    config = grpo_config(JSON_SMOKE, tmp_path)
+    assert config.reward_weights == [w for _, w in get_task("json").rewards] == [0.5, 0.5, 2.0, 1.0, 1.0]
+    assert config.max_completion_length == 40 == JSON_SMOKE.max_completion_length  # the task's CPU setting
+    same = {k: v for k, v in grpo_kwargs(SMOKE, tmp_path).items() if k not in ("reward_weights",
+                                                                             "max_completion_length")}
+    assert same == {k: v for k, v in grpo_kwargs(JSON_SMOKE, tmp_path).items() if k in same}  # the rest: the profile's
+
+
+def test_grpo_kwargs_name_every_reward_weight_of_the_level():
+    assert grpo_kwargs(get_profile("colab-t4"), "/r", T4)["reward_weights"] == [w for _, w in PRESETS["gsm8k"]]
+    assert grpo_kwargs(get_profile("colab-t4", task_level="add2"), "/r", T4)["reward_weights"] == [
+        w for _, w in PRESETS["arithmetic"]]
 
 
 def test_t4_configs_build_on_a_cpu_with_an_explicit_capability(tmp_path):
-    t4 = grpo_config(get_profile("colab-t4"), tmp_path, [1.0] * 5, capability=T4)
+    t4 = grpo_config(get_profile("colab-t4"), tmp_path, capability=T4)
     assert (t4.fp16, t4.bf16, t4.use_cpu, t4.use_vllm) == (True, False, False, False)
     assert t4.optim == "adamw_8bit" and t4.max_grad_norm == 0.1 and t4.mask_truncated_completions
     assert t4.epsilon_high == 0.28 and t4.loss_type == "dapo"
-    gemma = grpo_config(get_profile("colab-t4", model="gemma3-1b"), tmp_path, [1.0] * 5, capability=T4)
+    assert t4.reward_weights == [1.0, 1.0, 0.5, 0.5, 0.5]  # the GSM8K preset
+    gemma = grpo_config(get_profile("colab-t4", model="gemma3-1b"), tmp_path, capability=T4)
     assert (gemma.fp16, gemma.bf16) == (False, False)
 
 
 def test_gpu_large_config(tmp_path, monkeypatch):
-    """bf16 cannot be built on a CPU (transformers checks the GPU) and vLLM is not installed here:
-    the test pretends both, and checks the refusal without them."""
     large = get_profile("gpu-large", use_vllm=True)  # explicit: without vLLM the profile drops it
-    if training.importlib.util.find_spec("vllm") is None:
-        with pytest.raises((TrainingConfigError, ValueError), match="vLLM is not installed|bf16/gpu"):
-            grpo_config(large, tmp_path, [1.0] * 5, capability=A100)
-    monkeypatch.setattr("transformers.training_args.is_torch_bf16_gpu_available", lambda: True)
-    monkeypatch.setattr(training, "importlib", NS(util=NS(find_spec=lambda name: object())))
-    config = grpo_config(large, tmp_path, [1.0] * 5, capability=A100)
+    monkeypatch.setattr(training, "installed", lambda name: name != "vllm")
+    with pytest.raises((TrainingConfigError, ValueError), match="vLLM is not installed|bf16/gpu"):
+        grpo_config(large, tmp_path, capability=A100)
+    pretend_ampere_with_vllm(monkeypatch)
+    config = grpo_config(large, tmp_path, capability=A100)
     assert (config.bf16, config.fp16, config.use_vllm, config.vllm_mode) == (True, False, True, "colocate")
     assert config.vllm_gpu_memory_utilization == large.gpu_memory_utilization
     assert config.chat_template_kwargs == {"enable_thinking": False}  # Qwen3: the course's own tags
     assert config.max_completion_length == 512 and config.optim == "adamw_8bit"
 
 
+@pytest.mark.parametrize("task", TASKS)
 @pytest.mark.parametrize("name", list(PROFILES))
-def test_every_profile_builds_a_checked_config(tmp_path, monkeypatch, name):
+def test_every_profile_builds_a_checked_config_for_every_task(tmp_path, monkeypatch, name, task):
     """On an Ampere GPU with vLLM installed (pretended: this machine has neither)."""
-    monkeypatch.setattr("transformers.training_args.is_torch_bf16_gpu_available", lambda: True)
-    monkeypatch.setattr(training, "importlib", NS(util=NS(find_spec=lambda name: object())))
-    profile = get_profile(name)
+    pretend_ampere_with_vllm(monkeypatch)
+    profile = get_profile(name, task=task, use_vllm=PROFILES[name].use_vllm)  # as on a machine with vLLM
     capability = A100 if profile.backend == "unsloth" else None
-    config = grpo_config(profile, tmp_path, weights(profile), capability=capability)
+    config = grpo_config(profile, tmp_path, capability=capability)
     assert (config.num_generations, config.max_steps, config.optim) == (
         profile.num_generations, profile.max_steps, profile.optim)
     assert config.bf16 == (profile.backend == "unsloth") and config.use_cpu == (profile.backend != "unsloth")
-    assert len(config.reward_weights) == len(get_preset(profile.reward_preset))
+    assert config.reward_weights == weights(profile) and config.max_completion_length == profile.max_completion_length
+    assert config.use_vllm is PROFILES[name].use_vllm
+
+
+def test_sft_kwargs_are_the_warmup_settings_of_the_profile(tmp_path):
+    values = sft_kwargs(SMOKE, tmp_path)
+    assert values["output_dir"] == str(tmp_path / "warmup-adapter") and values["completion_only_loss"] is True
+    assert (values["num_train_epochs"], values["learning_rate"], values["per_device_train_batch_size"]) == (
+        SMOKE.warmup_epochs, SMOKE.warmup_learning_rate, SMOKE.warmup_batch_size)
+    assert values["use_cpu"] and not values["bf16"] and not values["fp16"]
+    assert sft_kwargs(get_profile("colab-t4"), tmp_path, T4)["fp16"] is True
 
 
 # --------------------------------------------------------------------------- warm-up rows
@@ -177,17 +240,32 @@ def tok():
     return load_tokenizer(SMOKE)
 
 
-def test_warmup_rows_are_prompt_completion_conversations_in_the_format(tok):
+def test_arithmetic_warmup_rows_are_prompt_completion_conversations_in_the_format(tok):
+    task = get_task("arithmetic")
     rows = warmup_dataset(SMOKE, tok)
     assert rows.num_rows == SMOKE.warmup_examples and rows.column_names == ["prompt", "completion"]
     for row in rows:
         question = row["prompt"][-1]["content"]
-        assert row["prompt"] == build_prompt(question)
+        assert row["prompt"] == build_prompt(question, SYSTEM_PROMPT)
         (message,) = row["completion"]
-        assert message["role"] == "assistant" and message["content"].startswith("<reasoning>\n")
-        assert has_strict_format(message["content"])
+        assert message["role"] == "assistant" and message["content"].startswith(PREFILL)
         a, b = map(int, re.fullmatch(r"What is (\d) \+ (\d)\?", question).groups())  # level add1
-        assert answer_matches(extract_answer(message["content"]), a + b)
+        assert task.score(message["content"], {"answer": str(a + b)}) == {"accuracy": 1.0, "correct": 1.0,
+                                                                          "format": 1.0}
+
+
+def test_json_warmup_rows_are_the_exact_objects_of_the_easy_level(tok):
+    task = get_task("json")
+    rows = warmup_dataset(JSON_SMOKE, tok)
+    made = task.make_rows(JSON_SMOKE.warmup_level, JSON_SMOKE.warmup_examples, JSON_SMOKE.seed + 1)
+    assert JSON_SMOKE.warmup_level == "orders-easy" and rows.num_rows == JSON_SMOKE.warmup_examples == len(made)
+    for row, source in zip(rows, made):
+        assert row["prompt"] == build_prompt(source["question"], task.system_prompt_for(source))
+        assert "quantity (integer)" in row["prompt"][0]["content"]  # the schema, in words
+        (message,) = row["completion"]
+        assert message["content"].startswith(JSON_PREFILL)
+        scores = task.score(message["content"], source)
+        assert (scores["exact_match"], scores["schema_valid"], scores["clean_json"]) == (1.0, 1.0, 1.0)
 
 
 def test_warmup_rows_carry_template_kwargs_and_fold_the_system_prompt_where_needed(tok):
@@ -200,11 +278,14 @@ def test_warmup_rows_carry_template_kwargs_and_fold_the_system_prompt_where_need
                 raise ValueError("System role not supported")
             return "".join(m["content"] for m in msgs)
 
-    rows = warmup_dataset(SMOKE, NoSystemRole())
-    assert [m["role"] for m in rows[0]["prompt"]] == ["user"]
+    for profile in (SMOKE, JSON_SMOKE):
+        rows = warmup_dataset(profile, NoSystemRole())
+        assert [m["role"] for m in rows[0]["prompt"]] == ["user"]
+        assert rows[0]["prompt"][0]["content"].startswith(get_task(profile.task).system_prompt_for(
+            get_task(profile.task).make_rows(profile.warmup_level, 1, profile.seed + 1)[0]))
 
 
-# --------------------------------------------------------------------------- checkpoints, ensure_adapter
+# --------------------------------------------------------------------------- checkpoints, ensure_adapter, the record
 
 
 def _checkpoint(run, step, complete=True):
@@ -237,7 +318,7 @@ def test_ensure_adapter_says_what_it_will_do_then_trains_a_short_run(tmp_path, m
     calls = []
 
     def fake_train(profile, run, **kwargs):
-        calls.append((profile.name, profile.time_budget_minutes, profile.max_steps, Path(run), kwargs))
+        calls.append((profile.name, profile.task, profile.time_budget_minutes, profile.max_steps, Path(run), kwargs))
 
     monkeypatch.setattr(training, "train_grpo", fake_train)
     assert ensure_adapter(SMOKE, tmp_path, warmup=False) == tmp_path / "adapter"
@@ -245,30 +326,36 @@ def test_ensure_adapter_says_what_it_will_do_then_trains_a_short_run(tmp_path, m
     assert out.startswith(f"No adapter in {tmp_path / 'adapter'}. Training a short one now")
     assert f"stopped after {SMOKE.fallback_minutes:g} minutes" in out
     assert f"about {SMOKE.minutes['03_grpo_training']} minutes" in out      # what the full run would take
-    assert calls == [("cpu-smoke", SMOKE.fallback_minutes, SMOKE.max_steps, tmp_path, {"warmup": False})]
+    assert calls == [("cpu-smoke", "arithmetic", SMOKE.fallback_minutes, SMOKE.max_steps, tmp_path,
+                      {"warmup": False})]
     colab = get_profile("colab-t4", use_vllm=False)
     ensure_adapter(colab, tmp_path)
     out = capsys.readouterr().out
     assert "stopped after 10 minutes" in out and "about 50.0 minutes" in out
-    assert calls[-1][1] == colab.fallback_minutes < colab.time_budget_minutes   # never the full budget
+    assert calls[-1][2] == colab.fallback_minutes < colab.time_budget_minutes   # never the full budget
+    ensure_adapter(JSON_SMOKE, tmp_path / "json")  # the JSON task: by its profile alone
+    assert calls[-1][:3] == ("cpu-smoke", "json", JSON_SMOKE.fallback_minutes) and calls[-1][5] == {}
 
 
-# --------------------------------------------------------------------------- the step timing of notebook 00
+def test_write_train_config_records_the_run_and_keeps_what_run_json_held(tmp_path):
+    from helpers.runs import read_json, write_json
 
-
-def test_step_timing_turns_a_timed_step_into_a_budget_in_steps():
-    from helpers.training import StepTiming
-
-    t4 = StepTiming("colab-t4", seconds=(40.0, 20.0), max_steps=250, budget_minutes=45, warmup=False)
-    assert t4.step_seconds == 20.0
-    assert t4.steps_in_budget == (45 * 60 - 20) // 20 == 134   # the first step's extra 20 s counted once
-    assert not t4.fits
-    assert "stops after about 134 of the 250 steps, with the adapter saved" in t4.plan()
-    demo = StepTiming("cpu-demo", seconds=(9.0, 9.5), max_steps=60, budget_minutes=10, warmup=True)
-    assert demo.steps_in_budget == 63 and demo.fits       # a first step faster than the next: no credit
-    assert "all 60 steps fit" in demo.plan() and "warm-up before GRPO counts" in demo.plan()
-    free = StepTiming("gpu-large", seconds=(6.0,), max_steps=100, budget_minutes=None, warmup=False)
-    assert free.steps_in_budget is None and free.fits and "No time budget: all 100 steps take about 10 min" in free.plan()
+    write_json(tmp_path / "run.json", {"created": "2020-01-01T00:00:00", "notes": "mine"})
+    config = grpo_config(JSON_SMOKE, tmp_path)
+    rewards = get_task("json").rewards
+    path = write_train_config(tmp_path, JSON_SMOKE, config, rewards, summary={"global_step": 3})
+    assert path == tmp_path / "train_config.json"
+    record = read_json(path)
+    assert record["profile"] == JSON_SMOKE.to_dict() and record["prefill"] == JSON_PREFILL
+    assert record["rewards"] == [{"name": f.__name__, "weight": w} for f, w in rewards]
+    assert record["rewards"][0] == {"name": "prefilled_json_format_reward", "weight": 0.5}
+    assert record["grpo_config"]["reward_weights"] == [w for _, w in rewards] and record["summary"]["global_step"] == 3
+    info = read_json(tmp_path / "run.json")
+    assert (info["created"], info["notes"]) == ("2020-01-01T00:00:00", "mine")  # kept
+    assert info["profile"]["task"] == "json" and info["training"] == {"adapter": "adapter", "config": path.name}
+    assert info["versions"]["trl"] == "1.13.0" and info["machine"]["cpus"] >= 1
+    write_train_config(tmp_path / "fresh", SMOKE, grpo_config(SMOKE, tmp_path), PRESETS["arithmetic"])
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d", read_json(tmp_path / "fresh" / "run.json")["created"])
 
 
 # --------------------------------------------------------------------------- slow: the bundled model
@@ -282,16 +369,18 @@ def lora_model():
 
 
 @pytest.mark.slow
-def test_sft_trains_on_the_completion_after_the_prompt_grpo_will_see(lora_model, tmp_path):
+@pytest.mark.parametrize("profile, prefill", [(SMOKE, PREFILL), (SMOKE, ""), (JSON_SMOKE, JSON_PREFILL)],
+                         ids=["arithmetic", "no-prefill", "json"])
+def test_sft_trains_on_the_completion_after_the_prompt_grpo_will_see(lora_model, tmp_path, profile, prefill):
+    """The JSON prefill is '{"' (one token), so the rendered prompt is a token prefix of prompt + answer."""
     from trl import SFTConfig, SFTTrainer
 
     model, tok = lora_model
     args = SFTConfig(output_dir=str(tmp_path), completion_only_loss=True, use_cpu=True, report_to="none")
-    for prefill in (PREFILL, ""):
-        tokenizer = install_prefill(copy.deepcopy(tok), prefill)
-        rows = warmup_dataset(SMOKE, tokenizer)
-        sft = SFTTrainer(model=model, args=args, train_dataset=rows, processing_class=tokenizer)
-        example, row = sft.train_dataset[0], rows[0]
+    tokenizer = install_prefill(copy.deepcopy(tok), prefill)
+    rows = warmup_dataset(profile, tokenizer)
+    sft = SFTTrainer(model=model, args=args, train_dataset=rows, processing_class=tokenizer)
+    for example, row in zip(sft.train_dataset.select(range(3)), rows):
         start = next(i for i, label in enumerate(example["labels"]) if label != -100)
         assert example["input_ids"][:start] == encode(tokenizer, [row["prompt"]])[0]
         learned = tokenizer.decode(example["input_ids"][start:])
@@ -324,7 +413,8 @@ def test_train_grpo_writes_a_run_and_a_stopped_run_resumes_where_it_stopped(tmp_
     from helpers.training import train_grpo
 
     # a time budget shorter than one step: GRPO stops after step 1 and saves a checkpoint there
-    first = train_grpo(get_profile("cpu-smoke", max_steps=2, time_budget_minutes=0.01), tmp_path)["summary"]
+    short = get_profile("cpu-smoke", max_steps=2, time_budget_minutes=0.01, fallback_minutes=0.01)
+    first = train_grpo(short, tmp_path)["summary"]
     assert first["global_step"] == 1 and first["stopped_by_time_budget"] and first["resumed_from"] is None
     assert first["warmup"]["examples"] == 8
     assert last_checkpoint(tmp_path) == str(tmp_path / "grpo" / "checkpoint-1")
@@ -351,14 +441,22 @@ def test_train_grpo_writes_a_run_and_a_stopped_run_resumes_where_it_stopped(tmp_
 
 
 @pytest.mark.slow
-def test_time_grpo_step_times_real_steps_and_keeps_nothing(tmp_path, monkeypatch):
-    import tempfile
+def test_ensure_adapter_trains_the_json_task_by_its_profile_alone(tmp_path, capsys):
+    """What failed before issue 17: no dataset or rewards passed by hand, the task comes from the profile."""
+    from helpers.explorer import load_completions
+    from helpers.prompts import installed_prefill
+    from helpers.runs import read_json
+    from transformers import AutoTokenizer
 
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))       # the scratch folder lands here
-    timing = training.time_grpo_step(SMOKE, steps=2)
-    assert len(timing.seconds) == 2 and all(s > 0 for s in timing.seconds)
-    assert timing.max_steps == SMOKE.max_steps and timing.budget_minutes == SMOKE.time_budget_minutes
-    assert timing.warmup                                         # cpu-smoke warms up: the plan says so
-    assert list(tmp_path.iterdir()) == []                        # the throw-away run is gone
-    with pytest.raises(ValueError, match="at least one step"):
-        training.time_grpo_step(SMOKE, steps=0)
+    profile = get_profile("cpu-smoke", task="json", max_steps=1, warmup_examples=4, warmup_batch_size=4)
+    assert ensure_adapter(profile, tmp_path) == tmp_path / "adapter"
+    assert "Training a short one now" in capsys.readouterr().out
+    assert installed_prefill(AutoTokenizer.from_pretrained(str(tmp_path / "adapter"))) == JSON_PREFILL
+    record = read_json(tmp_path / "train_config.json")
+    assert record["summary"]["global_step"] == 1 and record["summary"]["warmup"]["examples"] == 4
+    assert [r["name"] for r in record["rewards"]] == [f.__name__ for f, _ in get_task("json").rewards]
+    assert record["profile"]["time_budget_minutes"] == profile.fallback_minutes
+    card = read_json(tmp_path / "dataset" / "card.json")
+    assert card["source"] == {"task": "json", "level": "orders"} and "schema" in card["columns"]
+    steps = load_completions(tmp_path / "grpo")
+    assert "prefilled_exact_match_reward" in steps.columns and len(steps) == profile.per_device_train_batch_size

@@ -1,7 +1,7 @@
 """The GPU path, executed as far as a CPU can: the course trains through Unsloth's own patched
 GRPO trainer (``UnslothGRPOTrainer``, generated from TRL's source at import on a GPU), for the
-``colab-t4`` and ``gpu-large`` recipes (vLLM generation aside), via ``tests/unsloth_cpu.py`` in the
-contract environment. See that script for how Unsloth is made to patch TRL on a CPU.
+``colab-t4`` and ``gpu-large`` recipes (vLLM generation aside) on their own task and level (GSM8K, from the
+course's sample), via ``tests/unsloth_cpu.py`` in the contract environment. See that script for how Unsloth is made to patch TRL on a CPU.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers.config import PROFILES
+from helpers.profiles import PROFILES
+from helpers.tasks.arithmetic import PRESETS
 
 from .contract import contract_python
 
@@ -46,15 +47,23 @@ def test_the_course_trains_through_unsloths_grpo_trainer(tmp_path, name):
     assert out["config"]["mask_truncated_completions"] is profile.mask_truncated_completions is True
     assert out["config"]["epsilon_high"] == profile.epsilon_high and out["config"]["loss_type"] == "dapo"
     assert out["config"]["use_vllm"] is False  # vLLM is not installed here: the profile says so and drops it
-    # the gsm8k preset on GSM8K profiles, logged by TRL under each reward's name
-    assert "rewards/numeric_answer_reward/mean" in out["rewards_logged"]
+    # the GSM8K level and its preset, logged by TRL under each reward's name, with their weights
+    assert (out["profile"]["task"], out["profile"]["task_level"]) == ("arithmetic", "gsm8k") == (
+        profile.task, profile.task_level)
+    assert out["rewards_logged"] == sorted(f"rewards/{f.__name__}/{s}" for f, _ in PRESETS["gsm8k"]
+                                           for s in ("mean", "std"))
+    assert out["config"]["reward_weights"] == [w for _, w in PRESETS["gsm8k"]]
     files = set(out["files"])
     for needed in ("adapter/adapter_config.json", "adapter/chat_template.jinja", "metrics.jsonl",
                    "train_config.json", "grpo/checkpoint-1/trainer_state.json"):
         assert needed in files, f"{needed} missing from the run folder"
     assert any(f.startswith("grpo/completions/completions_") for f in files)
-    config = json.loads((tmp_path / "train_config.json").read_text())["grpo_config"]
+    record = json.loads((tmp_path / "train_config.json").read_text())
+    config = record["grpo_config"]
     assert config["mask_truncated_completions"] is True and config["epsilon_high"] == profile.epsilon_high
+    assert [r["name"] for r in record["rewards"]] == [f.__name__ for f, _ in PRESETS["gsm8k"]]
+    card = json.loads((tmp_path / "dataset" / "card.json").read_text())
+    assert card["source"] == {"task": "arithmetic", "level": "gsm8k"} and card["counts"]["train"] == 16
 
 
 def test_a_config_built_before_unsloth_is_imported_breaks_its_trainer(tmp_path):

@@ -8,7 +8,8 @@ import re
 import pytest
 
 from helpers.explorer import render_step
-from helpers.rewards import correctness_reward, get_preset, strict_format_reward
+from helpers.tasks import get_task
+from helpers.tasks.reasoning import SYSTEM_PROMPT, correctness_reward, strict_format_reward
 from helpers.widgets import chat_box, completions_explorer, reward_playground
 
 GENERATED = "18 + 17 = 35\n</reasoning>\n<answer>\n35\n</answer>"
@@ -16,12 +17,12 @@ GENERATED = "18 + 17 = 35\n</reasoning>\n<answer>\n35\n</answer>"
 
 def scores(out) -> dict[str, str]:
     """The playground's table, ``{row name: shown value}``."""
-    text = html.unescape(re.fullmatch(r"<pre>(.*)</pre>", out.value, re.DOTALL)[1])
+    text = html.unescape(re.fullmatch(r"<pre[^>]*>(.*)</pre>", out.value, re.DOTALL)[1])
     return dict(line.split() for line in text.splitlines())
 
 
 def test_reward_playground_scores_as_you_type():
-    box = reward_playground(get_preset("arithmetic"), text=GENERATED, answer="35")
+    box = reward_playground(get_task("arithmetic").rewards, text=GENERATED, answer="35")
     gold, text, out = box.children
     assert (gold.value, text.value) == ("35", GENERATED)
     assert scores(out) == {"correctness_reward": "2.000", "partial_correctness_reward": "1.000",
@@ -43,6 +44,20 @@ def test_reward_playground_escapes_what_it_shows():
     out = reward_playground([odd_reward, strict_format_reward], text="<x>").children[2]
     assert "<b>" not in out.value and "&lt;b&gt;odd&lt;/b&gt;_reward" in out.value
     assert scores(out)["<b>odd</b>_reward"] == "3.000"
+
+
+def test_reward_playground_passes_other_columns_to_the_rewards():
+    """The JSON task's rewards read the row's schema too: it is given once and passed as TRL passes it."""
+    schema = '{"type": "object", "required": ["name"], "properties": {"name": {"type": "string"}}}'
+    box = reward_playground(get_task("json").rewards, text='name": "Ava"}', answer='{"name": "Ava"}', schema=schema)
+    gold, text, out = box.children
+    assert scores(out)["prefilled_schema_valid_reward"] == "1.000" and scores(out)["prefilled_exact_match_reward"] == (
+        "1.000")
+    text.value = 'name": 3}'
+    assert scores(out)["prefilled_schema_valid_reward"] == "0.000" and scores(out)["prefilled_field_match_reward"] == (
+        "0.000")
+    assert scores(reward_playground(get_task("json").rewards, text="x").children[2])[
+        "prefilled_schema_valid_reward"] == "NaN"  # no schema given: the reward does not apply
 
 
 def _completions():
@@ -74,9 +89,10 @@ class FakeTranscript:
     def __init__(self):
         self.calls = []
 
-    def __call__(self, model, tokenizer, questions, settings, adapter=None, chat_template_kwargs=None):
+    def __call__(self, model, tokenizer, questions, settings, system_prompt=None, adapter=None,
+                 chat_template_kwargs=None):
         self.calls.append(dict(model=model, tokenizer=tokenizer, questions=questions, settings=settings,
-                               adapter=adapter, chat_template_kwargs=chat_template_kwargs))
+                               system_prompt=system_prompt, adapter=adapter, chat_template_kwargs=chat_template_kwargs))
         return [m for q in questions for m in ({"role": "user", "content": q},
                                               {"role": "assistant", "content": "<reasoning>\n7 + 5 = 12 <ok>"})]
 
@@ -84,17 +100,18 @@ class FakeTranscript:
 @pytest.fixture()
 def fake_transcript(monkeypatch):
     fake = FakeTranscript()
-    monkeypatch.setattr("helpers.generation.transcript", fake)
+    monkeypatch.setattr("helpers.widgets.transcript", fake)
     return fake
 
 
 def test_chat_box_asks_a_fresh_question_and_shows_the_turns(fake_transcript):
-    box = chat_box("MODEL", "TOK", "SETTINGS", adapter="adapter/", chat_template_kwargs={"enable_thinking": False})
+    box = chat_box("MODEL", "TOK", "SETTINGS", system_prompt=SYSTEM_PROMPT, adapter="adapter/",
+                   chat_template_kwargs={"enable_thinking": False})
     (text, send), view = box.children[0].children, box.children[1]
     text.value = "  What is 7 + 5?  "
     send.click()
     assert fake_transcript.calls == [dict(model="MODEL", tokenizer="TOK", questions=["What is 7 + 5?"],
-                                          settings="SETTINGS", adapter="adapter/",
+                                          settings="SETTINGS", system_prompt=SYSTEM_PROMPT, adapter="adapter/",
                                           chat_template_kwargs={"enable_thinking": False})]
     assert text.value == ""
     assert "<b>you:</b>" in view.value and "What is 7 + 5?" in view.value
@@ -110,6 +127,9 @@ def test_chat_box_ignores_an_empty_question(fake_transcript):
     text.value = "   "
     send.click()
     assert fake_transcript.calls == [] and view.value == ""
+    text.value = "hi"
+    send.click()
+    assert fake_transcript.calls[0]["system_prompt"] is None  # no system prompt unless one is given
 
 
 def test_correctness_reward_is_what_the_playground_scores():

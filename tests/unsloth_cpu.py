@@ -12,7 +12,8 @@ the script fails loudly (the test does not skip).
 Unsloth's ``FastLanguageModel`` needs a GPU, so the model is the bundled SmolLM2 loaded with transformers
 + PEFT, in float32, given the no-op ``for_training``/``for_inference`` Unsloth's trainer calls. Everything
 else is the course's own code: ``helpers.training.train_grpo`` (the save point of notebook 03) with the
-GPU profile's recipe, the model loaded *before* any TRL config is built, as on Colab.
+GPU profile's recipe (its task, GSM8K, from the course's sample in ``data/gsm8k_sample``), the model loaded
+*before* any TRL config is built, as on Colab.
 
 Prints one line ``UNSLOTH-CPU-JSON {...}`` with what ran: the trainer and config classes, the effective
 config, the steps, and the files the run wrote.
@@ -56,8 +57,8 @@ def cpu_stand_in_for_fast_language_model(profile, spec, adapter, lora):
     import types
 
     import helpers.models
-    from helpers.config import get_model_spec
     from helpers.models import _load_transformers
+    from helpers.profiles import get_model_spec
 
     helpers.models.import_unsloth(profile)
     cpu = profile.with_overrides(model="smollm2-135m", backend="transformers", load_in_4bit=False)
@@ -67,20 +68,26 @@ def cpu_stand_in_for_fast_language_model(profile, spec, adapter, lora):
     return model, tok
 
 
+def patch_unsloth_import(replacement) -> None:
+    """Make every ``import_unsloth`` of the course's modules call ``replacement`` (each module binds the name)."""
+    import helpers.models
+    import helpers.training
+
+    for module in (helpers.models, helpers.training):
+        module.import_unsloth = replacement
+
+
 def wrong_order(profile, run: Path) -> int:
     """The defect the course had: a GRPOConfig built before Unsloth patched TRL, then Unsloth's trainer."""
     from helpers.data import ensure_prepared
     from helpers.models import load_model
-    from helpers.rewards import get_preset
+    from helpers.tasks import get_task
     from helpers.training import grpo_config
 
-    rewards = get_preset(profile.reward_preset, prefill=profile.prefill)
-    import helpers.models
-
-    patched = helpers.models.import_unsloth
-    helpers.models.import_unsloth = lambda profile: None          # the old helpers: no Unsloth import first
-    config = grpo_config(profile, run, [w for _, w in rewards])  # so this is TRL's own GRPOConfig
-    helpers.models.import_unsloth = patched
+    rewards = get_task(profile.task).rewards_for(profile.task_level)
+    patch_unsloth_import(lambda profile: None)                    # the old helpers: no Unsloth import first
+    config = grpo_config(profile, run)                            # so this is TRL's own GRPOConfig
+    patch_unsloth_import(import_unsloth_as_on_a_t4)
     model, tok = load_model(profile)                              # imports and patches Unsloth
     import trl
 
@@ -102,15 +109,17 @@ def main() -> int:
     steps = int(sys.argv[sys.argv.index("--steps") + 1]) if "--steps" in sys.argv else 1
 
     import helpers.models
-    from helpers.config import get_profile
+    from helpers.profiles import get_profile
     from helpers.training import train_grpo
 
-    # the GPU profile's recipe (its rewards, loss, clipping, masking, optimizer, LoRA) at CPU sizes: two
-    # short completions of the synthetic sums (Unsloth's backward is slow on a CPU: ~40 s a step even so)
+    # the GPU profile's recipe (its task and level, GSM8K, so its rewards; its loss, clipping, masking, optimizer,
+    # LoRA) at CPU sizes: two short completions of 16 problems of the course's GSM8K sample (Unsloth's backward is
+    # slow on a CPU: ~40 s a step even so)
+    os.environ.setdefault("COURSE_GSM8K_DIR", str(ROOT / "data" / "gsm8k_sample"))
     profile = get_profile(name, max_steps=steps, save_steps=1, max_completion_length=32, num_generations=2,
-                          per_device_train_batch_size=2, time_budget_minutes=None, task="arithmetic",
-                          task_level="add2-small", train_rows=16, eval_rows=4)
-    helpers.models.import_unsloth = import_unsloth_as_on_a_t4
+                          per_device_train_batch_size=2, time_budget_minutes=None, train_rows=16, eval_rows=4,
+                          eval_prompts=4)
+    patch_unsloth_import(import_unsloth_as_on_a_t4)
     helpers.models._load_unsloth = cpu_stand_in_for_fast_language_model
     if "--wrong-order" in sys.argv:
         return wrong_order(profile, run)
@@ -127,8 +136,8 @@ def main() -> int:
             "loss_type", "mask_truncated_completions", "epsilon", "epsilon_high", "beta", "num_generations",
             "max_completion_length", "optim", "use_vllm", "bf16", "fp16", "reward_weights", "unsloth_num_chunks",
             "chat_template_kwargs")},
-        "profile": {k: getattr(profile, k) for k in ("name", "mask_truncated_completions", "epsilon_high",
-                                                     "reward_preset", "optim", "use_vllm")},
+        "profile": {k: getattr(profile, k) for k in ("name", "task", "task_level", "mask_truncated_completions",
+                                                     "epsilon_high", "optim", "use_vllm")},
         "global_step": trainer.state.global_step,
         "files": sorted(str(p.relative_to(run)) for p in run.rglob("*") if p.is_file()),
         "rewards_logged": sorted(k for k in trainer.state.log_history[0] if k.startswith("rewards/")),

@@ -7,7 +7,7 @@ the figures, ``summary.md`` and ``summary.json``. A failing cell stops the run
 and is named (notebook, cell number, first line of code).
 
 ``python tools/course.py badges`` rewrites every Colab badge and install
-line from :data:`helpers.config.REPO_URL`.
+line from :data:`helpers.profiles.REPO_URL`.
 
 Example:
     $ python tools/course.py run --profile cpu-smoke
@@ -24,7 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from helpers.config import REPO_REF, REPO_URL, detect_profile, get_profile, project_root, runs_root
+from helpers.profiles import REPO_REF, REPO_URL, detect_profile, get_profile
+from helpers.runs import project_root, runs_root
 
 
 class NotebookFailed(RuntimeError):
@@ -154,10 +155,10 @@ def write_summary(run: Path, profile: str, model: str, timings: dict[str, float]
     lines += [f"| {k} | {v:.0f} |" for k, v in timings.items()]
     if isinstance(evaluation, dict) and evaluation.get("sides"):
         lines += ["", "## Held-out evaluation", "",
-                  "| | accuracy | format rate | mean length |", "|---|---|---|---|"]
+                  "| | accuracy | format | mean length |", "|---|---|---|---|"]
         for side, e in evaluation["sides"].items():
             lines.append(f"| {side} | {e.get('accuracy', float('nan')):.1%} | "
-                         f"{e.get('format_rate', float('nan')):.1%} | {e.get('mean_length', float('nan')):.1f} |")
+                         f"{e.get('format', float('nan')):.1%} | {e.get('mean_length', float('nan')):.1f} |")
     if figures:
         lines += ["", "## Figures", ""] + [f"- [{f}]({f})" for f in figures]
     (run / "summary.md").write_text("\n".join(lines) + "\n")

@@ -53,6 +53,7 @@ def render() -> str:
     rewards, data, evals = load("rewards"), load("data_prep"), load("eval_throughput")
     smoke, demo, test = course["course-smoke"], course["course-demo"], course.get("test")
     warm, after, before = learning["after_warmup"], learning["after"], learning["before"]
+    k = max(int(x) for x in learning["pass_at_k"]["after"])
     fast = sorted(v["completions_per_s"] for k, v in rewards["throughput"].items() if k != "trl_accuracy_reward")
     lines = [
         START,
@@ -72,20 +73,24 @@ def render() -> str:
         "",
         f"What the `cpu-demo` recipe learns ({after['n_prompts']} held-out two-number sums, greedy): the base "
         f"model answers {pct(before['accuracy'])} in the format; after the format-only warm-up "
-        f"({learning['recipe']['warmup_examples']} single-digit sums) it has the format ({pct(warm['format_rate'])}) "
+        f"({learning['recipe']['warmup_examples']} single-digit sums) it has the format ({pct(warm['format'])}) "
         f"and {pct(warm['accuracy'])} accuracy; GRPO then takes it to {pct(after['accuracy'])} "
-        f"(`bench/learning.py`, {learning['steps']} GRPO steps, {learning['train_seconds']:.0f} s of training): "
-        f"GRPO's own gain is {100 * learning['grpo_gain']:+.1f} points.",
+        f"(`bench/learning.py`, {learning['steps']} GRPO steps, {learning['train_seconds']:.0f} s of training, "
+        f"{learning['seconds_per_step']:.1f} s a step): GRPO's own gain is {100 * learning['grpo_gain']:+.1f} points. "
+        f"pass@1 → pass@{k} ({learning['pass_at_k_setup']['n']} samples at temperature 1 for each of "
+        f"{learning['pass_at_k_setup']['prompts']} of those sums): "
+        + ", ".join(f"{side.replace('_', ' ')} {pct(c['1'])} → {pct(c[str(k)])}"
+                    for side, c in learning["pass_at_k"].items()) + ".",
     ]
     if (MEASURED / "learning_json.json").is_file():
         js = load("learning_json")
         w, a, b = js["after_warmup"], js["after"], js["before"]
         lines += ["", f"Notebook 05's JSON task on `cpu-demo` ({a['n_prompts']} held-out orders, greedy; "
-                      f"`bench/learning_json.py`, {js['steps']} GRPO steps in {js['train_seconds']:.0f} s of training): "
-                      f"schema-valid {pct(b['schema_valid_rate'])} (base) → {pct(w['schema_valid_rate'])} (warm-up) → "
-                      f"{pct(a['schema_valid_rate'])} (GRPO); exact match {pct(b['exact_match_rate'])} → "
-                      f"{pct(w['exact_match_rate'])} → {pct(a['exact_match_rate'])}: GRPO's own gain is "
-                      f"{100 * js['grpo_gain_exact_match']:+.1f} points."]
+                      f"`bench/learning.py --task json`, {js['steps']} GRPO steps in {js['train_seconds']:.0f} s of "
+                      f"training): schema-valid {pct(b['schema_valid'])} (base) → {pct(w['schema_valid'])} (warm-up) → "
+                      f"{pct(a['schema_valid'])} (GRPO); exact match {pct(b['exact_match'])} → "
+                      f"{pct(w['exact_match'])} → {pct(a['exact_match'])}: GRPO's own gain is "
+                      f"{100 * js['grpo_gain']:+.1f} points."]
     if demo.get("eval"):
         sides = ", ".join(f"{side} {pct(s['accuracy'])}" for side, s in demo["eval"].items())
         lines += ["", f"In the `cpu-demo` course run above, notebook 04 measured accuracy {sides} "
@@ -122,7 +127,7 @@ def render_colab() -> str:
 
 def render_plan() -> str:
     """The instructor guide's plan table: slots, and each notebook's time from the benchmarks' JSON."""
-    from helpers.config import PROFILES
+    from helpers.profiles import PROFILES
 
     demo = load("course")["course-demo"]["minutes"]
     t4 = PROFILES["colab-t4"].minutes
@@ -149,10 +154,10 @@ def render_plan() -> str:
 
 def render_room_line() -> str:
     """Notebook 00's room line for the project's own 2-core machine, at the step time bench/learning.py measured."""
-    from helpers.config import get_profile
-    from helpers.preflight import Hardware, preflight_warnings, room_line
-    from helpers.config import get_model_spec
-    from helpers.training import StepTiming
+    from helpers.machine import Hardware
+    from helpers.preflight import preflight_warnings, room_line
+    from helpers.profiles import get_model_spec, get_profile
+    from helpers.timing import StepTiming
 
     learning = load("learning")
     profile = get_profile("cpu-demo", time_budget_minutes=learning["recipe"]["time_budget_minutes"])
@@ -199,7 +204,7 @@ def write_times() -> list[Path]:
     """Notebook intros and the README's profile table, from the profiles' ``minutes`` (the measured ones on CPU)."""
     import nbformat
 
-    from helpers.config import PROFILES
+    from helpers.profiles import PROFILES
 
     changed = []
     for path in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):

@@ -179,8 +179,8 @@ class OrdersTask(Task):
         return str(row["answer"])  # the whole object: it starts with the prefill '{"'
 
     def score(self, text: str, row: Mapping[str, Any]) -> dict[str, float]:
-        found, want = find_json_object(text), as_object(row["answer"]) or {}
-        obj, errors = found.obj or {}, schema_errors(found.obj, row.get("schema")) if found.obj is not None else None
+        found, want, schema = find_json_object(text), as_object(row["answer"]) or {}, row.get("schema") or {}
+        obj, errors = found.obj or {}, schema_errors(found.obj, schema) if found.obj is not None else None
         right = {k: float(k in obj and same_value(obj[k], v)) for k, v in want.items()}
         return {"exact_match": float(is_exact_match(found.obj, want)), "schema_valid": float(errors == []),
                 "valid_json": float(found.obj is not None), "clean_json": float(found.clean),

@@ -1,4 +1,4 @@
-"""helpers.json_rewards: finding the object, the field rule, every reward, the prefilled versions, the preset.
+"""helpers.tasks.json_rewards: finding the object, the field rule, every reward, the prefilled versions and weights.
 
 Hand-written cases go through the harness of notebook 02 (helpers.reward_lab.assert_cases);
 property-based tests throw generated, huge, cut-off and deeply nested JSON at every reward.
@@ -14,27 +14,31 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from helpers import json_rewards as JR
-from helpers.json_rewards import (
+from helpers.reward_lab import RewardCase, assert_cases, score_table
+from helpers.rewards import Prefilled
+from helpers.tasks import json_rewards as JR
+from helpers.tasks.json_rewards import (
     MAX_CHARS,
     MAX_DEPTH,
+    as_object,
     exact_match_reward,
     field_match_reward,
     find_json_object,
+    is_exact_match,
     json_extras_penalty,
     json_format_reward,
-    json_preset,
     same_value,
     schema_errors,
     schema_valid_reward,
 )
-from helpers.json_task import JSON_PREFILL, make_schema
-from helpers.reward_lab import RewardCase, assert_cases, score_table
+from helpers.tasks.orders import JSON_PREFILL, OrdersTask, make_schema
 
 SCHEMA = json.dumps(make_schema(["name", "item", "quantity", "shipping"]))
 GOLD = '{"name": "Maya", "item": "lamps", "quantity": 3, "shipping": "express"}'
 LAX = json.dumps({"type": "object"})
 ALL = [json_format_reward, schema_valid_reward, field_match_reward, exact_match_reward, json_extras_penalty]
+#: The task's rewards with their weights: ALL, prefilled with '{"'.
+PRESET = OrdersTask.rewards
 
 
 def case(completion, note, fmt, valid, fields, exact, extras, schema=SCHEMA):
@@ -78,29 +82,43 @@ def test_prefilled_rewards_read_the_brace_the_template_wrote():
                         answer=GOLD, columns={"schema": SCHEMA}, note="the completion after the prefill"),
              RewardCase(GOLD, {"prefilled_json_format_reward": 0.5, "prefilled_json_extras_penalty": -0.25},
                         answer=GOLD, columns={"schema": SCHEMA}, note="the prefill written again")]
-    assert_cases(cases, [f for f, _ in json_preset()])
+    assert_cases(cases, [f for f, _ in PRESET])
     assert [f(completions=[body], answer=[GOLD], schema=[SCHEMA]) for f in ALL][0] == [0.0]  # unprefilled: none
 
 
-def test_the_preset_weights_and_names():
-    preset = json_preset()
-    assert [f.__name__ for f, _ in preset] == [f"prefilled_{f.__name__}" for f in ALL]
-    assert sum(w for _, w in preset if w > 0) - 1.0 == pytest.approx(4.0)  # the penalty's weight aside
-    assert json_preset("<json>")[0][0].__name__ == "prefilled_json_format_reward"
-    assert json_preset("")[2][0] is field_match_reward
-    for f, _ in preset:  # TRL pickles reward functions for some launchers; importable by name
-        assert pickle.loads(pickle.dumps(f)) is f
+def test_the_task_weights_and_names():
+    assert [f.__name__ for f, _ in PRESET] == [f"prefilled_{f.__name__}" for f in ALL]
+    assert [(f.reward, f.prefill) for f, _ in PRESET] == [(f, JSON_PREFILL) for f in ALL]
+    assert [w for _, w in PRESET] == [0.5, 0.5, 2.0, 1.0, 1.0]
+    assert sum(w for f, w in PRESET if f.reward is not json_extras_penalty) == pytest.approx(4.0)  # at most 4.0
+    for f, _ in PRESET:  # TRL pickles reward functions for some launchers
+        assert isinstance(f, Prefilled)
+        back = pickle.loads(pickle.dumps(f))
+        assert back.__name__ == f.__name__ and back(completions=[GOLD[2:]], answer=[GOLD], schema=[SCHEMA]) == f(
+            completions=[GOLD[2:]], answer=[GOLD], schema=[SCHEMA])
 
 
 def test_score_table_total_is_the_weighted_sum():
-    table = score_table([GOLD[2:], 'name": "Maya"}'], json_preset(), answer=[GOLD] * 2, schema=[SCHEMA] * 2)
+    table = score_table([GOLD[2:], 'name": "Maya"}'], PRESET, answer=[GOLD] * 2, schema=[SCHEMA] * 2)
     assert table["total"].tolist() == pytest.approx([0.5 + 0.5 + 2.0 + 1.0, 0.5 + 2.0 * 0.25])
 
 
 def test_field_rule():
     assert same_value("Lamps ", "lamps") and same_value(3, 3.0) and not same_value("3", 3)
-    assert not same_value(1, True) and same_value(False, False) and same_value([1, 2], [1, 2])
-    assert not same_value(None, "x")
+    assert not same_value(1, True) and not same_value(True, 1) and same_value(False, False)
+    assert same_value([1, 2], [1, 2]) and not same_value([1, 2], [2, 1]) and same_value(None, None)
+    assert not same_value(None, "x") and not same_value(2.5, 2) and same_value({"a": 1}, {"a": 1})
+
+
+def test_the_expected_object_and_the_exact_match():
+    assert as_object(GOLD) == json.loads(GOLD) and as_object({"a": 1}) == {"a": 1}
+    assert as_object(b'{"a": 1}') == {"a": 1}
+    assert [as_object(v) for v in ("[1]", "not json", None, 3, "{" * 10, '"x"')] == [None] * 6
+    assert as_object('{"k": "' + "x" * MAX_CHARS + '"}') is None  # too long to be an answer: not parsed
+    assert is_exact_match({"name": "maya ", "item": "lamps", "quantity": 3.0, "shipping": "express"}, GOLD)
+    assert not is_exact_match({"name": "Maya", "item": "lamps", "quantity": 3}, GOLD)  # a key missing
+    assert not is_exact_match(dict(json.loads(GOLD), extra=1), GOLD)  # a key too many
+    assert not is_exact_match(json.loads(GOLD), "not json") and not is_exact_match(None, GOLD)
 
 
 def test_rewards_without_their_columns_do_not_apply_rather_than_guess():
@@ -172,7 +190,7 @@ COMPLETION = st.one_of(
 def test_every_reward_returns_one_float_or_none_per_completion_and_never_raises(comps, answers):
     n = len(comps)
     answer = (answers + [GOLD] * n)[:n]
-    for func in ALL + [f for f, _ in json_preset()]:
+    for func in ALL + [f for f, _ in PRESET]:
         scores = func(prompts=[None] * n, completions=comps, answer=answer, schema=[SCHEMA] * n)
         assert len(scores) == n
         assert all(s is None or (isinstance(s, float) and -1.0 <= s <= 1.0) for s in scores)
