@@ -1,7 +1,8 @@
 """Does GRPO itself make the bundled model better, for a task? The CPU learning benchmark.
 
     python bench/learning.py [--task arithmetic|json|module:Class] [--profile cpu-demo] [--eval-rows 200]
-                             [--passk-prompts 50] [--passk-n 8] [--threads N] [--set key=value ...]
+                             [--passk-prompts 50] [--passk-n 8] [--threads N] [--precision auto|fp32|bf16]
+                             [--set key=value ...]
 
 Trains the bundled model with notebook 03's recipe through its save point (``helpers.training``: the
 task's format-only warm-up on an easier level, then ``GRPOTrainer``) and evaluates the SAME held-out
@@ -15,7 +16,9 @@ unbiased estimator (``helpers.evaluation.pass_at_k``). Prints ONE JSON object:
      "train_seconds", "steps", "seconds_per_step", "recipe": {...}, "machine": {...}}
 
 The profile's time budget (10 minutes on cpu-demo) covers the warm-up and GRPO; the evaluations are not
-counted. Progress goes to stderr. Not a test: it never gates CI. ``--set`` overrides profile fields.
+counted. Progress goes to stderr. Not a test: it never gates CI. ``--set`` overrides profile fields;
+``--precision`` overrides what ``helpers.training.precision`` picks for this machine (bf16 autocast on a CPU
+with native bf16, float32 elsewhere), to compare the two on one recipe.
 """
 
 from __future__ import annotations
@@ -46,6 +49,8 @@ def main() -> int:
     ap.add_argument("--passk-prompts", type=int, default=50, help="held-out rows sampled for pass@k (0: none)")
     ap.add_argument("--passk-n", type=int, default=8, help="samples per row for pass@k")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
+    ap.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"],
+                    help="auto: helpers.training.precision's choice for this machine")
     ap.add_argument("--run", default=None, help="run folder (default: a fresh temporary one)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     args = ap.parse_args()
@@ -57,10 +62,15 @@ def main() -> int:
     from helpers.models import load_model
     from helpers.profiles import get_model_spec, get_profile
     from helpers.tasks import get_task
+    from helpers import training
     from helpers.training import run_warmup, train_grpo
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.precision != "auto":  # what grpo_kwargs and sft_kwargs ask for
+        forced = {"bf16": args.precision == "bf16", "fp16": False}
+        training.precision = lambda profile, capability: forced  # type: ignore[assignment]
+        training.cpu_bf16 = lambda: forced["bf16"]  # check_config accepts what was asked
     overrides = {k: _value(v) for k, v in (kv.split("=", 1) for kv in args.set)}
     profile = get_profile(args.profile, task=args.task, eval_rows=args.eval_rows, **overrides)
     task = get_task(profile.task)
@@ -125,10 +135,12 @@ def main() -> int:
             "task_level", "warmup_level", "warmup_examples", "warmup_epochs", "warmup_learning_rate",
             "num_generations", "per_device_train_batch_size", "max_completion_length", "learning_rate", "lora_rank",
             "beta", "loss_type", "scale_rewards", "temperature", "mask_truncated_completions", "epsilon_high",
-            "max_steps", "time_budget_minutes", "seed")}
+            "max_steps", "time_budget_minutes", "seed", "gradient_checkpointing")}
         | {"prefill": task.prefill, "rewards": [[f.__name__, w] for f, w in task.rewards_for(profile.task_level)],
            "eval": {"n": len(held_out), "decoding": "greedy", "max_new_tokens": profile.max_completion_length}},
-        "machine": {"cpus": os.cpu_count(), "threads": torch.get_num_threads(), "loadavg_1min_start": round(load_start, 2),
+        "precision": {"asked": args.precision, **training.precision(profile, None)},
+        "machine": {"cpus": os.cpu_count(), "threads": torch.get_num_threads(),
+                    "cpu_capability": torch.backends.cpu.get_cpu_capability(), "loadavg_1min_start": round(load_start, 2),
                     "loadavg_1min_end": round(os.getloadavg()[0], 2)},
         "run": str(run),
     }))

@@ -1,14 +1,5 @@
-"""Trainer callbacks for a GRPO run: the live dashboard, the time budget, the run log.
-
-Pass them to ``GRPOTrainer(callbacks=[...])``. They only read what TRL logs (``state.log_history``), so
-they work the same on TRL's trainer and on the one Unsloth patches. :class:`RunLogCallback` rewrites
-``metrics.jsonl`` from the log history at every save and at the end, so a resumed run (whose history
-comes back from the checkpoint) neither repeats nor loses a step.
-
-Example:
-    >>> cb = TimeBudgetCallback(minutes=10)
-    >>> cb.stopped_at_step is None
-    True
+"""Trainer callbacks for a GRPO run (the live dashboard, the time budget, the run log); they read only what TRL
+logs (``state.log_history``), so they work on TRL's trainer and on the one Unsloth patches.
 """
 
 from __future__ import annotations
@@ -20,26 +11,21 @@ from typing import Any, Callable
 
 from transformers import TrainerCallback
 
-from .plots import dashboard_figure
+from .plots import dashboard_figure, png_bytes
 from .runs import write_jsonl
 
 METRICS_FILE = "metrics.jsonl"
 
 
 def step_logs(log_history: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The per-step entries of a trainer's log history (the final summary entry left out),
-    with ``step`` and JSON-safe values (NaN and inf become None).
+    """The per-step entries of a trainer's log history (not the final summary), NaN and inf as None.
 
     Example:
         >>> step_logs([{"step": 1, "reward": float("nan")}, {"step": 1, "train_runtime": 3.0}])
         [{'step': 1, 'reward': None}]
     """
-    out = []
-    for entry in log_history:
-        if "train_runtime" in entry or "step" not in entry:
-            continue
-        out.append({k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in entry.items()})
-    return out
+    return [{k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in entry.items()}
+            for entry in log_history if "step" in entry and "train_runtime" not in entry]
 
 
 def _in_notebook() -> bool:
@@ -52,13 +38,8 @@ def _in_notebook() -> bool:
 
 
 class DashboardCallback(TrainerCallback):
-    """The training dashboard: reward, signal, length and loss curves.
-
-    In a notebook it is redrawn every ``every`` logged steps (``live=None``
-    detects a kernel), with one progress line each time; elsewhere it prints a
-    progress line per step. Either way the figure is saved to
-    ``<run>/figures/dashboard.png`` at every checkpoint and at the end.
-    """
+    """The training dashboard, redrawn every ``every`` logged steps in a notebook (``live=None`` detects a kernel)
+    with a progress line (one per step elsewhere), and saved to ``<run>/figures/dashboard.png`` at every save."""
 
     def __init__(self, run: str | Path, every: int = 5, live: bool | None = None,
                  print_fn: Callable[[str], None] = print) -> None:
@@ -68,9 +49,6 @@ class DashboardCallback(TrainerCallback):
         self.print_fn = print_fn
         self._handle: Any = None
         self._since_draw = 0
-
-    def figure(self, state: Any) -> Any:
-        return dashboard_figure(step_logs(state.log_history))
 
     def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: D102
         if not logs or "train_runtime" in logs or "reward" not in logs:
@@ -87,23 +65,19 @@ class DashboardCallback(TrainerCallback):
                 ("zero-std", "frac_reward_zero_std", ".2f"), ("length", "completions/mean_length", ".1f"))))
 
     def _draw(self, state: Any) -> None:
-        import io
-
         from IPython.display import Image, display
-
-        buf = io.BytesIO()
-        self.figure(state).savefig(buf, format="png", dpi=80)  # a PNG shows on any backend, Agg included
+        image = Image(png_bytes(dashboard_figure(step_logs(state.log_history)), dpi=80))
         if self._handle is None:
-            self._handle = display(Image(buf.getvalue()), display_id=True)
+            self._handle = display(image, display_id=True)
         else:
-            self._handle.update(Image(buf.getvalue()))
+            self._handle.update(image)
 
     def save(self, state: Any) -> Path | None:
         """Write the PNG now (None when nothing was logged yet)."""
         if not step_logs(state.log_history):
             return None
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.figure(state).savefig(self.path, dpi=90)
+        dashboard_figure(step_logs(state.log_history)).savefig(self.path, dpi=90)
         return self.path
 
     def on_save(self, args, state, control, **kwargs):  # noqa: D102
@@ -116,13 +90,8 @@ class DashboardCallback(TrainerCallback):
 
 
 class TimeBudgetCallback(TrainerCallback):
-    """Stop training within ``minutes`` and save a checkpoint there.
-
-    At the end of every step: when one more step as long as the last would end
-    past the budget, training stops. ``start`` (a ``time.time()``) makes earlier
-    work, e.g. a warm-up, count; ``stopped_at_step`` tells whether and where
-    the budget stopped the run.
-    """
+    """Stop (and save) when one more step as long as the last would end past ``minutes`` since ``start`` (a
+    ``time.time()``: earlier work, e.g. a warm-up, counts); ``stopped_at_step`` says where."""
 
     def __init__(self, minutes: float, start: float | None = None) -> None:
         if not minutes or minutes <= 0:
@@ -147,7 +116,8 @@ class TimeBudgetCallback(TrainerCallback):
 
 
 class RunLogCallback(TrainerCallback):
-    """Keep ``<run>/metrics.jsonl`` equal to the trainer's per-step log history (TRL's keys)."""
+    """Keep ``<run>/metrics.jsonl`` equal to the per-step log history (rewritten at every save: a resumed run
+    neither repeats nor loses a step)."""
 
     def __init__(self, run: str | Path) -> None:
         self.path = Path(run) / METRICS_FILE

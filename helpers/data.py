@@ -1,16 +1,5 @@
-"""From a task's rows to a GRPO dataset: validation, prompts, token budgets, a leak-free split, saved.
-
-Notebook 01 loads data with ``datasets.load_dataset`` and builds prompts with ``.map`` in its cells;
-this module is the save point for the notebooks that follow. Everything returns plain ``datasets``
-objects: a ``DatasetDict`` with ``train`` and ``eval`` and the columns TRL's ``GRPOTrainer`` expects,
-``prompt`` (system + user messages) and ``answer``, plus ``question`` and every other column (the
-rewards receive them as keywords). Nothing is dropped silently: the dataset card counts every row
-removed (invalid, duplicate, over the token budget, leaked into eval) and why.
-
-Example:
-    >>> from helpers.tasks import get_task
-    >>> [str(p) for p in validate([{"question": "", "answer": "3"}], get_task("arithmetic"), strict=False)]
-    ["row 0, field 'question': the question is empty (write it, or delete the row)"]
+"""From a task's rows to a GRPO dataset (notebook 01's save point): validation, prompts, token budgets, a
+leak-free ``train``/``eval`` split with TRL's ``prompt`` column, saved with a card that counts every row removed.
 """
 
 from __future__ import annotations
@@ -58,7 +47,8 @@ class DataValidationError(DataError):
                                    + [f"  - {p}" for p in problems[:5]] + (more if len(problems) > 5 else [])))
 
 
-def _records(rows: Any) -> list[dict[str, Any]]:
+def records(rows: Any) -> list[dict[str, Any]]:
+    """The rows (a ``Dataset`` or any iterable of mappings) as a list of dicts."""
     return rows.to_list() if hasattr(rows, "to_list") else [dict(r) for r in rows]
 
 
@@ -73,17 +63,25 @@ def normalize_question(text: Any) -> str:
 
 
 def validate(rows: Any, task: Task, strict: bool = True, check_duplicates: bool = True) -> list[Problem]:
-    """Every problem in a task's rows: the ``question``/``answer`` columns, empty questions, answers the task
-    refuses (:meth:`~helpers.tasks.Task.clean_answer`), repeated questions. Raises when ``strict``."""
-    records = _records(rows)
-    columns = list(getattr(rows, "column_names", None) or dict.fromkeys(k for r in records for k in r))
+    """Every problem in a task's rows: missing columns, empty questions, answers the task refuses
+    (:meth:`~helpers.tasks.Task.clean_answer`), repeated questions. Raises when ``strict``.
+
+    Example:
+        >>> from helpers.tasks import get_task
+        >>> [str(p) for p in validate([{"question": "", "answer": "3"}], get_task("arithmetic"), strict=False)]
+        ["row 0, field 'question': the question is empty (write it, or delete the row)"]
+    """
+    table = records(rows)
+    columns = list(getattr(rows, "column_names", None) or dict.fromkeys(k for r in table for k in r))
     problems = [Problem(None, c, "missing_column", f"there is no {c!r} column (columns: {columns}); rename yours, "
-                        f"e.g. dataset.rename_column('<yours>', {c!r})") for c in ("question", "answer") if c not in columns]
+                        f"e.g. dataset.rename_column('<yours>', {c!r})") for c in ("question", "answer")
+                if c not in columns]
     seen: dict[str, int] = {}
-    for i, row in enumerate(records if not problems else []):
+    for i, row in enumerate(table if not problems else []):
         key = normalize_question(row.get("question"))
         if not key:
-            problems.append(Problem(i, "question", "empty_question", "the question is empty (write it, or delete the row)"))
+            problems.append(Problem(i, "question", "empty_question",
+                                    "the question is empty (write it, or delete the row)"))
         elif check_duplicates and key in seen:
             problems.append(Problem(i, "question", "duplicate", f"the same question as row {seen[key]} "
                                     "(delete one: prepare_dataset keeps the first and counts the rest)"))
@@ -93,22 +91,16 @@ def validate(rows: Any, task: Task, strict: bool = True, check_duplicates: bool 
         except ValueError as exc:
             problems.append(Problem(i, "answer", "bad_answer", str(exc)))
     if strict and problems:
-        raise DataValidationError(problems, len(records))
+        raise DataValidationError(problems, len(table))
     return problems
 
 
 def dedupe(rows: Any) -> tuple[list[dict[str, Any]], list[int]]:
     """Rows without repeated questions (the first kept) and the indices removed."""
-    seen: set[str] = set()
-    kept, removed = [], []
-    for i, r in enumerate(_records(rows)):
-        key = normalize_question(r.get("question"))
-        if key in seen:
-            removed.append(i)
-        else:
-            seen.add(key)
-            kept.append(r)
-    return kept, removed
+    import pandas as pd
+    table = records(rows)
+    repeated = pd.Series([normalize_question(r.get("question")) for r in table], dtype=object).duplicated().tolist()
+    return [r for r, d in zip(table, repeated) if not d], [i for i, d in enumerate(repeated) if d]
 
 
 def count_prompt_tokens(prompts: Sequence[Any], tokenizer: Any, **chat_template_kwargs: Any) -> list[int]:
@@ -117,14 +109,8 @@ def count_prompt_tokens(prompts: Sequence[Any], tokenizer: Any, **chat_template_
 
 
 def length_stats(lengths: Sequence[int]) -> dict[str, float]:
-    """Count, mean, min, p50/p90/p95/p99 and max of token lengths (pandas' ``describe``).
-
-    Example:
-        >>> length_stats([10, 20, 30])["p50"]
-        20.0
-    """
+    """Count, mean, min, p50/p90/p95/p99 and max of token lengths."""
     import pandas as pd
-
     if len(lengths) == 0:
         return {"n": 0}
     d = pd.Series(list(lengths), dtype=float).describe(percentiles=[0.5, 0.9, 0.95, 0.99])
@@ -134,11 +120,8 @@ def length_stats(lengths: Sequence[int]) -> dict[str, float]:
 
 def split_train_eval(rows: Any, eval_rows: int, seed: int, train_rows: int | None = None,
                      eval_source: Any = None) -> tuple[Any, dict[str, int]]:
-    """A seeded ``DatasetDict`` of ``train`` and ``eval`` with no question in both.
-
-    Without ``eval_source`` the shuffled rows give the first ``eval_rows`` to eval and the next
-    ``train_rows`` (all when None) to train. With it (a real test split) eval is drawn from it and train
-    rows repeating one of its questions are removed and counted. A pool with duplicates is refused.
+    """A seeded ``DatasetDict`` of ``train`` and ``eval`` with no question in both: eval is the first ``eval_rows``
+    shuffled rows, or drawn from ``eval_source`` (a real test split; train rows repeating it are removed).
 
     Example:
         >>> splits, info = split_train_eval([{"question": f"q{i}", "answer": str(i)} for i in range(10)], 3, 0)
@@ -146,12 +129,10 @@ def split_train_eval(rows: Any, eval_rows: int, seed: int, train_rows: int | Non
         (7, 3, 0)
     """
     from datasets import Dataset, DatasetDict
-
-    pool, source = _records(rows), None if eval_source is None else _records(eval_source)
-    for name, records in (("rows", pool), ("eval_source", source or [])):
-        keys = [normalize_question(r.get("question")) for r in records]
-        if len(set(keys)) != len(keys):
-            raise DataError(f"{name} holds {len(keys) - len(set(keys))} duplicate question(s), which could leak "
+    pool, source = records(rows), None if eval_source is None else records(eval_source)
+    for name, part in (("rows", pool), ("eval_source", source or [])):
+        if repeated := dedupe(part)[1]:
+            raise DataError(f"{name} holds {len(repeated)} duplicate question(s), which could leak "
                             "between train and eval. Fix: rows, removed = dedupe(rows) first.")
     if eval_rows < 1:
         raise DataError(f"eval_rows must be at least 1 (got {eval_rows}).")
@@ -172,8 +153,8 @@ def split_train_eval(rows: Any, eval_rows: int, seed: int, train_rows: int | Non
     info = {"train": len(train), "eval": len(held), "leaked_removed": len(shuffled) - len(candidates) if source else 0}
     columns = list(pool[0]) if pool else ["question", "answer"]
 
-    def table(records: list[dict[str, Any]]) -> Any:
-        return Dataset.from_list(records) if records else Dataset.from_dict({c: [] for c in columns})
+    def table(part: list[dict[str, Any]]) -> Any:
+        return Dataset.from_list(part) if part else Dataset.from_dict({c: [] for c in columns})
 
     return DatasetDict({"train": table(train), "eval": table(held)}), info
 
@@ -181,11 +162,8 @@ def split_train_eval(rows: Any, eval_rows: int, seed: int, train_rows: int | Non
 def prepare_dataset(rows: Any, tokenizer: Any, task: Task, train_rows: int | None, eval_rows: int,
                     max_prompt_tokens: int, seed: int, eval_source: Any = None, strict: bool = True,
                     source: dict[str, Any] | None = None, chat_template_kwargs: dict | None = None) -> tuple[Any, dict]:
-    """Validate, clean answers, dedupe, build prompts, measure them, filter to the budget, split.
-
-    Returns ``(splits, card)``; the card counts every row removed and why. ``strict=False`` drops invalid
-    rows (counted) instead of raising. Without a system role in the template the system prompt is folded
-    into the user turn."""
+    """Validate, clean answers, dedupe, build prompts, filter to the token budget, split: ``(splits, card)``.
+    ``strict=False`` drops invalid rows (counted) instead of raising."""
     t0, role = time.perf_counter(), supports_system_role(tokenizer)
     counts: dict[str, Any] = {}
     pools: dict[str, list[dict[str, Any]]] = {}
@@ -193,19 +171,19 @@ def prepare_dataset(rows: Any, tokenizer: Any, task: Task, train_rows: int | Non
     for name, raw in (("rows", rows), ("eval_source", eval_source)):
         if raw is None:
             continue
-        records = _records(raw)
-        problems = validate(records, task, strict=strict, check_duplicates=False)
+        table = records(raw)
+        problems = validate(table, task, strict=strict, check_duplicates=False)
         if any(p.index is None for p in problems):  # a missing column: no row can be used
-            raise DataValidationError(problems, len(records))
+            raise DataValidationError(problems, len(table))
         bad = {p.index for p in problems}
-        cleaned = [dict(r, answer=task.clean_answer(r)) for i, r in enumerate(records) if i not in bad]
+        cleaned = [dict(r, answer=task.clean_answer(r)) for i, r in enumerate(table) if i not in bad]
         cleaned, dups = dedupe(cleaned)
         for r in cleaned:
             r["prompt"] = build_prompt(str(r["question"]), task.system_prompt_for(r), role)
         sizes = count_prompt_tokens([r["prompt"] for r in cleaned], tokenizer, **(chat_template_kwargs or {}))
         lengths += sizes
         pools[name] = [dict(r, prompt_tokens=n) for r, n in zip(cleaned, sizes) if n <= max_prompt_tokens]
-        counts[name] = {"loaded": len(records), "invalid_removed": len(bad), "duplicates_removed": len(dups),
+        counts[name] = {"loaded": len(table), "invalid_removed": len(bad), "duplicates_removed": len(dups),
                         "over_budget_removed": len(cleaned) - len(pools[name]), "kept": len(pools[name])}
     splits, info = split_train_eval(pools["rows"], eval_rows, seed, train_rows, pools.get("eval_source"))
     counts.update(info)
@@ -235,13 +213,13 @@ def read_card(path: str | Path) -> dict[str, Any]:
 def load_prepared(path: str | Path) -> Any:
     """Load a prepared ``DatasetDict`` and check its splits and columns."""
     from datasets import load_from_disk
-
     if not (Path(path) / "dataset_dict.json").is_file():
         raise DataError(f"No prepared dataset at {path}. Build it with helpers.data.ensure_prepared(PROFILE, RUN) "
                         "or run notebook 01_dataset_prep.")
     splits = load_from_disk(str(path))
     for name in ("train", "eval"):
-        missing = [c for c in ("prompt", "answer", "question") if name in splits and c not in splits[name].column_names]
+        missing = [c for c in ("prompt", "answer", "question")
+                   if name in splits and c not in splits[name].column_names]
         if name not in splits or missing:
             raise DataError(f"{path} lacks the {name!r} split or its columns {missing or ['prompt', 'answer']}. "
                             "Delete the folder and rebuild it with ensure_prepared(PROFILE, RUN).")
@@ -250,10 +228,7 @@ def load_prepared(path: str | Path) -> Any:
 
 def ensure_prepared(profile: Profile, run: str | Path, tokenizer: Any = None, rebuild: bool = False,
                     verbose: bool = True) -> Any:
-    """The run's prepared dataset: loaded from ``RUN/dataset``, built from the profile's task when missing.
-
-    A dataset this function built for other profile settings is rebuilt; one you saved yourself (no
-    ``origin`` in its card) is kept."""
+    """``RUN/dataset``, built from the profile's task when missing or built for other settings."""
     path = Path(run) / "dataset"
     spec = {k: getattr(profile, k) for k in ("task", "task_level", "train_rows", "eval_rows", "max_prompt_tokens",
                                              "seed", "model")}

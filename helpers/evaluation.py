@@ -1,17 +1,6 @@
-"""Held-out evaluation of any task: several adapters of one loaded model, the same prompts, the same way.
-
-Every side (the base model, after the format warm-up, after GRPO) is sampled from ONE loaded model with
-the same prompts, settings and seeds: PEFT switches adapters (``disable_adapter()`` gives the exact base),
-a vLLM engine gets a LoRA request per adapter. Each completion is scored by the task's own
-:meth:`~helpers.tasks.Task.score` on ``prefill + completion`` (the template wrote the prefill, as in
-training); a side reports the mean of every metric, the mean length and the rewards' means.
-
-Example:
-    >>> from helpers.tasks import get_task
-    >>> good = "<reasoning>\\n2 + 2 = 4\\n</reasoning>\\n<answer>\\n4\\n</answer>"
-    >>> s = score([[good], ["4"]], [{"answer": "4"}, {"answer": "4"}], get_task("arithmetic"))
-    >>> s["summary"]["accuracy"], s["summary"]["format"]
-    (0.5, 0.5)
+"""Held-out evaluation of any task: every side (base, warm-up, GRPO) sampled from ONE loaded model with the same
+prompts, settings and seeds, each completion scored by the task's :meth:`~helpers.tasks.Task.score` on
+``prefill + completion``.
 """
 
 from __future__ import annotations
@@ -23,8 +12,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from .data import records
 from .generation import SamplingSettings, generate
 from .prompts import installed_prefill, text_tokenizer
+from .rewards import clip
 from .runs import write_json
 from .tasks import Task
 
@@ -35,22 +26,24 @@ def eval_settings(profile: Any, temperature: float = 0.0, num_return_sequences: 
                             num_return_sequences=num_return_sequences, seed=profile.seed)
 
 
-def _rows(rows: Any) -> list[dict[str, Any]]:
-    return rows.to_list() if hasattr(rows, "to_list") else [dict(r) for r in rows]
-
-
 def _mean_applied(values: list[float]) -> float | None:
-    """The mean of the values a reward gave (NaN: it returned None, "does not apply"); None when it never applied."""
-    applied = [x for x in values if not math.isnan(x)]
+    applied = [x for x in values if not math.isnan(x)]  # NaN: the reward returned None ("does not apply")
     return sum(applied) / len(applied) if applied else None
 
 
 def score(completions: Sequence[Sequence[str]], rows: Any, task: Task, prefill: str = "",
           rewards: Sequence[Callable] = (), tokenizer: Any = None) -> dict[str, Any]:
-    """Score sampled completions (one list per row) with the task's metrics, and the ``rewards`` as TRL calls
-    them. ``{"summary": {metric: mean, "mean_length", "n_prompts", "n_completions", "rewards"}, "rows": [...]}``;
-    lengths are tokens with a tokenizer, else words."""
-    rows = _rows(rows)
+    """Score completions (one list per row) with the task's metrics and the ``rewards`` as TRL calls them:
+    ``{"summary": {metric: mean, "mean_length", "n_prompts", "n_completions", "rewards"}, "rows": [...]}``.
+
+    Example:
+        >>> from helpers.tasks import get_task
+        >>> good = "<reasoning>\\n2 + 2 = 4\\n</reasoning>\\n<answer>\\n4\\n</answer>"
+        >>> s = score([[good], ["4"]], [{"answer": "4"}, {"answer": "4"}], get_task("arithmetic"))
+        >>> s["summary"]["accuracy"], s["summary"]["format"]
+        (0.5, 0.5)
+    """
+    rows = records(rows)
     if len(completions) != len(rows):
         raise ValueError(f"{len(completions)} completion lists for {len(rows)} rows: pass one list per row.")
     flat = [(i, c) for i, group in enumerate(completions) for c in group]
@@ -74,10 +67,10 @@ def score(completions: Sequence[Sequence[str]], rows: Any, task: Task, prefill: 
 
 
 def evaluate(model: Any, tokenizer: Any, rows: Any, task: Task, settings: SamplingSettings,
-             adapter: str | Path | None = None, rewards: Sequence[Callable] = (), chat_template_kwargs: dict | None = None,
-             batch_size: int = 16) -> dict[str, Any]:
+             adapter: str | Path | None = None, rewards: Sequence[Callable] = (),
+             chat_template_kwargs: dict | None = None, batch_size: int = 16) -> dict[str, Any]:
     """Sample every row's ``prompt`` with ``settings`` and :func:`score` it (``adapter``: a vLLM LoRA request)."""
-    rows = _rows(rows)
+    rows = records(rows)
     outs = generate(model, tokenizer, [r["prompt"] for r in rows], settings, batch_size=batch_size, adapter=adapter,
                     chat_template_kwargs=chat_template_kwargs)
     return score(outs, rows, task, prefill=installed_prefill(tokenizer), rewards=rewards, tokenizer=tokenizer)
@@ -87,9 +80,8 @@ def evaluate_adapters(model: Any, tokenizer: Any, rows: Any, task: Task, setting
                       sides: dict[str, str | None], rewards: Sequence[Callable] = (),
                       chat_template_kwargs: dict | None = None, folders: dict[str, str | Path] | None = None,
                       progress: Callable[[str], None] | None = print) -> dict[str, Any]:
-    """:func:`evaluate` for every ``{side: adapter name}`` of one loaded PEFT model (``None``: the base, inside
-    ``disable_adapter()``); on an Unsloth vLLM engine a side gets a LoRA request for ``folders[name]``. The
-    adapter active before is active again after. ``{"sides": {side: result}, "settings", "seconds"}``."""
+    """:func:`evaluate` for every ``{side: adapter name}`` of one PEFT model (``None``: the base, inside
+    ``disable_adapter()``; on a vLLM engine a LoRA request for ``folders[name]``)."""
     vllm = getattr(model, "vllm_engine", None) is not None
     if not vllm and not hasattr(model, "disable_adapter"):
         raise TypeError(f"evaluate_adapters needs a PEFT model (or an Unsloth vLLM model), got {type(model).__name__}: "
@@ -124,7 +116,6 @@ def comparison_table(results: dict[str, Any]) -> Any:
         0.4
     """
     import pandas as pd
-
     sides = {k: v.get("summary", v) for k, v in results["sides"].items()}
     metrics = list(dict.fromkeys(k for s in sides.values() for k, v in s.items()
                                  if isinstance(v, (int, float)) and not k.startswith("n_")))
@@ -142,24 +133,18 @@ def side_by_side(results: dict[str, Any], questions: Sequence[str], metric: str,
                  max_chars: int = 120) -> Any:
     """The first completion of each side for the first ``n`` prompts, marked ✓ when ``metric`` is met."""
     import pandas as pd
-
-    def clip(text: str) -> str:
-        text = text.replace("\n", " \u21b5 ")
-        return text if len(text) <= max_chars else text[: max_chars - 1] + "\u2026"
-
-    table = {"question": [clip(q) for q in questions[:n]]}
+    table = {"question": [clip(q, max_chars) for q in questions[:n]]}
     for side, result in results["sides"].items():
         first: dict[int, dict] = {}
         for row in result["rows"]:
             first.setdefault(row["index"], row)
-        table[side] = [("\u2713 " if first[i][metric] >= 1 else "\u2717 ") + clip(first[i]["completion"])
+        table[side] = [("\u2713 " if first[i][metric] >= 1 else "\u2717 ") + clip(first[i]["completion"], max_chars)
                        for i in range(min(n, len(first)))]
     return pd.DataFrame(table)
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
-    """The chance that at least one of ``k`` samples drawn from ``n`` (``c`` of them right) is right, without
-    bias (Chen et al., 2021): ``1 - C(n-c, k) / C(n, k)``, as a stable product.
+    """Unbiased pass@k (Chen et al., 2021) of ``n`` samples, ``c`` right: ``1 - C(n-c, k) / C(n, k)``.
 
     Example:
         >>> round(pass_at_k(10, 1, 1), 3), pass_at_k(10, 0, 5), pass_at_k(4, 2, 3)
@@ -171,8 +156,7 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 def pass_at_k_curve(result: dict[str, Any], metric: str) -> dict[int, float]:
-    """``{k: pass@k}`` for k = 1..n from one side's rows (n samples per prompt; a sample passes when ``metric``
-    is 1), averaged over prompts."""
+    """``{k: pass@k}`` for k = 1..n, averaged over prompts, from one side's rows (passing: ``metric`` is 1)."""
     groups: dict[int, list[float]] = {}
     for row in result["rows"]:
         groups.setdefault(row["index"], []).append(row[metric])

@@ -1,10 +1,6 @@
-"""Reading what the model wrote during training, from TRL's own completion log.
-
-With ``GRPOConfig(log_completions=True)`` TRL 1.13 writes, at every logging step,
-``<output_dir>/completions/completions_<step>.parquet``: the step, the prompt (decoded with
-``skip_special_tokens=True``, so the chat template's markers are gone), the completion, one column per
-reward, the advantage, and the extra columns rewards logged through ``log_extra``. A resumed run rewrites
-the files of the steps it repeats, so the folder holds one file per step.
+"""What the model wrote during training, read from TRL's completion log: with ``log_completions=True`` TRL
+writes ``<output_dir>/completions/completions_<step>.parquet`` (step, prompt, completion, one column per
+reward, advantage, the ``log_extra`` columns), one file per step.
 """
 
 from __future__ import annotations
@@ -13,18 +9,13 @@ import html
 from pathlib import Path
 from typing import Any
 
-_BASE = ("step", "prompt", "completion", "advantage")
+from .rewards import clip
 
 
 def load_completions(output_dir: str | Path, max_step: int | None = None) -> Any:
-    """Every logged completion of a run as one DataFrame, plus ``reward``: the weighted total TRL
-    ranked (weights from ``RUN/train_config.json`` when present, else 1.0). ``max_step`` drops
-    steps after it (files left by a run that was resumed from an earlier checkpoint).
-
-    ``output_dir`` is ``GRPOConfig.output_dir`` (``RUN/grpo``) or its ``completions`` folder.
-    """
+    """Every logged completion of ``RUN/grpo`` as one DataFrame, plus ``reward``: the weighted total TRL ranked;
+    ``max_step`` drops later steps (left by a run resumed from an earlier checkpoint)."""
     import pandas as pd
-
     folder = Path(output_dir)
     folder = folder if folder.name == "completions" else folder / "completions"
     files = sorted(folder.glob("completions_*.parquet"))
@@ -44,7 +35,6 @@ def load_completions(output_dir: str | Path, max_step: int | None = None) -> Any
 
 def _weights(path: Path) -> dict[str, float]:
     import json
-
     try:
         return {r["name"]: float(r["weight"]) for r in json.loads(path.read_text())["rewards"]}
     except (OSError, ValueError, KeyError, TypeError):
@@ -57,10 +47,7 @@ def reward_columns(df: Any) -> list[str]:
 
 
 def step_summary(df: Any) -> Any:
-    """Per step: completions, mean total reward, each reward's mean, mean length in words.
-
-    The training curve read from the completions themselves.
-    """
+    """Per step: completions, mean total reward, each reward's mean, mean length in words."""
     words = df["completion"].str.split().str.len()
     table = df.assign(words=words).groupby("step").agg(
         completions=("completion", "size"), reward=("reward", "mean"),
@@ -71,25 +58,20 @@ def step_summary(df: Any) -> Any:
 def early_vs_late(df: Any, steps: int = 1, max_chars: int = 160) -> Any:
     """The first ``steps`` steps against the last ones: mean reward and the best completion of each."""
     import pandas as pd
-
     all_steps = sorted(df["step"].unique())
     rows = []
     for label, chosen in (("early", all_steps[:steps]), ("late", all_steps[-steps:])):
         part = df[df["step"].isin(chosen)]
         best = part.sort_values("reward", ascending=False, kind="stable").iloc[0]
-        rows.append({"when": label, "steps": f"{chosen[0]}-{chosen[-1]}", "mean reward": round(part["reward"].mean(), 3),
-                     "best completion": _clip(best["completion"], max_chars), "its reward": round(best["reward"], 3)})
+        rows.append({"when": label, "steps": f"{chosen[0]}-{chosen[-1]}",
+                     "mean reward": round(part["reward"].mean(), 3),
+                     "best completion": clip(best["completion"], max_chars), "its reward": round(best["reward"], 3)})
     return pd.DataFrame(rows)
 
 
-def _clip(text: Any, n: int) -> str:
-    text = str(text).replace("\n", " \u21b5 ")
-    return text if len(text) <= n else text[: n - 1] + "\u2026"
-
-
 def render_step(df: Any, step: int | None = None, max_completions: int = 8) -> str:
-    """Static HTML of one step (the latest when None): each prompt's completions, best first,
-    with every reward, the total and the advantage. What the explorer widget shows, without a widget."""
+    """Static HTML of one step (the latest when None): each prompt's completions, best first, with every
+    reward, the total and the advantage (what the explorer widget shows)."""
     if df.empty:
         return "<p>The completion log is empty: nothing to show yet.</p>"
     step = int(df["step"].max()) if step is None else int(step)
@@ -98,7 +80,7 @@ def render_step(df: Any, step: int | None = None, max_completions: int = 8) -> s
     blocks = [f"<h4>Step {step}: {len(part)} completions</h4>"]
     for prompt, group in part.groupby("prompt", sort=False):
         gold = f" &middot; gold answer <b>{html.escape(str(group['answer'].iloc[0]))}</b>" if "answer" in group else ""
-        blocks.append(f"<p><b>Prompt</b> (its end): {html.escape(_clip(prompt[-160:], 200))}{gold}</p>")
+        blocks.append(f"<p><b>Prompt</b> (its end): {html.escape(clip(prompt[-160:], 200))}{gold}</p>")
         for _, row in group.sort_values("reward", ascending=False).head(max_completions).iterrows():
             scores = " ".join(f"{html.escape(n.removesuffix('_reward'))}={_num(row[n])}" for n in names)
             blocks.append(

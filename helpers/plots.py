@@ -1,15 +1,5 @@
-"""The course's figures: training dashboard, prompt lengths, reward spreads, the evaluation.
-
-Every function returns a matplotlib ``Figure`` built without pyplot's global
-state (nothing leaks between redraws); :func:`show_figure` displays one as a
-PNG on any backend, headless included, and can save it.
-
-Example:
-    >>> rows = [{"step": 1, "reward": 0.2, "reward_std": 0.4, "frac_reward_zero_std": 0.5,
-    ...          "completions/mean_length": 20, "completions/clipped_ratio": 0.0,
-    ...          "rewards/correctness_reward/mean": 0.1}]
-    >>> [ax.get_title() for ax in dashboard_figure(rows).axes][:2]
-    ['Rewards (mean per step)', 'Signal: reward spread inside groups']
+"""The course's figures, each a matplotlib ``Figure`` built without pyplot's global state; :func:`show_figure`
+displays one as a PNG on any backend, headless included.
 """
 
 from __future__ import annotations
@@ -17,26 +7,34 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
+from .runs import write_bytes
 
-def _figure(*size: float) -> Any:
+
+def _figure(size: tuple[float, float], *grid: int, **kwargs: Any) -> tuple[Any, Any]:
     from matplotlib.figure import Figure
-
-    return Figure(figsize=size)
+    fig = Figure(figsize=size, layout="tight")
+    return fig, fig.subplots(*grid, **kwargs)
 
 
 def smooth(values: Sequence[float], window: int = 5) -> list[float]:
     """Trailing moving average (pandas' ``rolling``; the first points average what exists so far)."""
     import pandas as pd
-
     return pd.Series(list(values), dtype=float).rolling(window, min_periods=1).mean().tolist()
 
 
 def dashboard_figure(records: Sequence[dict[str, Any]], window: int = 5) -> Any:
-    """Four panels from TRL's per-step logs: the total and each reward's mean; ``reward_std`` and
-    ``frac_reward_zero_std``; completion length and clipped ratio; KL (``beta`` > 0) or the loss.
-    Thin lines are the raw values, thick ones a moving average."""
-    fig = _figure(11, 6.5)
-    axes = fig.subplots(2, 2).ravel()
+    """Four panels of TRL's per-step logs: rewards, their spread in groups, completion length, KL or loss (thin
+    lines raw, thick ones smoothed).
+
+    Example:
+        >>> rows = [{"step": 1, "reward": 0.2, "reward_std": 0.4, "frac_reward_zero_std": 0.5,
+        ...          "completions/mean_length": 20, "completions/clipped_ratio": 0.0,
+        ...          "rewards/correctness_reward/mean": 0.1}]
+        >>> [ax.get_title() for ax in dashboard_figure(rows).axes][:2]
+        ['Rewards (mean per step)', 'Signal: reward spread inside groups']
+    """
+    fig, axes = _figure((11, 6.5), 2, 2)
+    axes = axes.ravel()
     names = list(dict.fromkeys(k[len("rewards/"):-len("/mean")] for r in records for k in r
                                if k.startswith("rewards/") and k.endswith("/mean")))
 
@@ -70,16 +68,13 @@ def dashboard_figure(records: Sequence[dict[str, Any]], window: int = 5) -> Any:
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
-    fig.tight_layout()
     return fig
 
 
 def token_lengths_figure(lengths: Sequence[int], budget: int | None = None, title: str = "Prompt tokens") -> Any:
     """Histogram of prompt lengths, the median and p99 marked, and the budget with how many are over it."""
     import pandas as pd
-
-    fig = _figure(7, 3.2)
-    ax = fig.subplots()
+    fig, ax = _figure((7, 3.2))
     ax.hist(list(lengths), bins=min(50, max(5, len(set(lengths)))), color="#4c72b0")
     for q, style in ((50, ":"), (99, "--")):
         if len(lengths):
@@ -90,15 +85,14 @@ def token_lengths_figure(lengths: Sequence[int], budget: int | None = None, titl
         ax.axvline(budget, color="#c44e52", lw=2, label=f"budget {budget} ({over} over)")
     ax.set(xlabel="tokens (chat template applied)", ylabel="prompts", title=title)
     ax.legend(fontsize=8)
-    fig.tight_layout()
     return fig
 
 
 def reward_spread_figure(table: Any, title: str | None = None) -> Any:
     """One histogram per reward column of a :func:`helpers.reward_lab.score_table`, the total last."""
     columns = [c for c in table.columns if c != "completion" and str(table[c].dtype).startswith("float")]
-    fig = _figure(3.0 * len(columns), 2.6)
-    axes = fig.subplots(1, len(columns), squeeze=False)[0]
+    fig, axes = _figure((3.0 * len(columns), 2.6), 1, len(columns), squeeze=False)
+    axes = axes[0]
     for ax, col in zip(axes, columns):
         ok, missing = table[col].dropna(), int(table[col].isna().sum())
         lo, hi = (float(ok.min()), float(ok.max())) if len(ok) else (0.0, 1.0)
@@ -110,7 +104,6 @@ def reward_spread_figure(table: Any, title: str | None = None) -> Any:
     axes[0].set_ylabel("completions", fontsize=8)
     if title:
         fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
     return fig
 
 
@@ -118,8 +111,7 @@ def evaluation_figure(table: Any, metrics: Sequence[str], n_prompts: int | None 
     """The ``metrics`` (rates) of every side of a :func:`helpers.evaluation.comparison_table`, and the mean lengths."""
     sides = [c for c in table.columns if not str(c).startswith("gain")]
     rates = [k for k in metrics if k in table.index]
-    fig = _figure(10, 3.6)
-    ax1, ax2 = fig.subplots(1, 2, gridspec_kw={"width_ratios": [3, 1]})
+    fig, (ax1, ax2) = _figure((10, 3.6), 1, 2, gridspec_kw={"width_ratios": [3, 1]})
     width = 0.8 / len(sides)
     colours = ["#9aa5b1", "#8fb8de", "#2f6fdf", "#1b3f8b"]
     for j, side in enumerate(sides):
@@ -137,40 +129,36 @@ def evaluation_figure(table: Any, metrics: Sequence[str], n_prompts: int | None 
         ax2.set_xticks(range(len(sides)), sides, fontsize=7)
         ax2.bar_label(bars, labels=[f"{v:.0f}" for v in vals], fontsize=8)
         ax2.set_title("mean length (tokens)")
-    fig.tight_layout()
     return fig
 
 
 def pass_at_k_figure(curves: dict[str, dict[int, float]], title: str = "pass@k") -> Any:
     """One line per side: pass@k against k (:func:`helpers.evaluation.pass_at_k_curve`)."""
-    fig = _figure(6, 3.6)
-    ax = fig.subplots()
+    fig, ax = _figure((6, 3.6))
     for side, curve in curves.items():
         ax.plot(list(curve), list(curve.values()), marker="o", label=side)
     ax.set(xlabel="k (samples per prompt)", ylabel="pass@k", ylim=(0, 1.05), title=title)
     ax.set_xscale("log", base=2)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
     return fig
 
 
-def show_figure(fig: Any, path: str | Path | None = None) -> None:
-    """Display a figure as a PNG (any backend, headless too); with ``path`` also save it there.
-
-    Example:
-        show_figure(dashboard_figure(rows), RUN / "figures" / "dashboard.png")
-    """
+def png_bytes(fig: Any, dpi: int = 100) -> bytes:
+    """The figure as PNG bytes (a PNG shows on any backend, Agg included)."""
     import io
-
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
+    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
+    return buf.getvalue()
+
+
+def show_figure(fig: Any, path: str | Path | None = None) -> None:
+    """Display a figure as a PNG (any backend, headless too); with ``path`` also save it there."""
+    png = png_bytes(fig)
     if path is not None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_bytes(buf.getvalue())
+        write_bytes(path, png)
     try:
         from IPython.display import Image, display
-
-        display(Image(buf.getvalue()))
+        display(Image(png))
     except ImportError:  # plain Python: nothing to display on
         pass

@@ -1,22 +1,17 @@
-"""Notebook 00's preflight: installed versions against the pins, the known traps here, the room line.
-
-The pins live in ``pyproject.toml`` and, once installed, in the package metadata (read with
-``packaging.requirements``), so the check also works on Colab.
-
-Example:
-    >>> pinned_versions()["trl"]
-    '1.13.0'
+"""Notebook 00's preflight: installed versions against the package's pins (its metadata, so Colab too), the known
+traps on this machine, and the line a learner pastes into the room's chat.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
 
 from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
+from . import __version__
 from .machine import Hardware, installed, native_bf16
 from .profiles import ModelSpec, Profile
 
@@ -94,13 +89,18 @@ def installed_versions(packages: list[str] | None = None) -> dict[str, str | Non
 
 
 def pinned_versions(extras: tuple[str, ...] = ("cpu", "gpu", "vllm")) -> dict[str, str]:
-    """``{package: version}`` for every ``==`` pin of the base list and of the given extras."""
+    """``{package: version}`` for every ``==`` pin of the base list and of the given extras.
+
+    Example:
+        >>> pinned_versions()["trl"]
+        '1.13.0'
+    """
     pins: dict[str, str] = {}
     for line in metadata.requires(DIST) or []:
         req = Requirement(line)
         pin = [s.version for s in req.specifier if s.operator == "=="]
         if pin and (req.marker is None or any(req.marker.evaluate({"extra": e}) for e in extras)):
-            pins[re.sub(r"[-_.]+", "-", req.name).lower()] = pin[0]
+            pins[canonicalize_name(req.name)] = pin[0]
     return pins
 
 
@@ -123,17 +123,14 @@ def check_versions(extras: tuple[str, ...] = ("cpu",)) -> list[VersionCheck]:
 
 
 def room_line(hw: Hardware, profile: Profile, checks: list[VersionCheck], traps: list[Trap], timing: Any = None) -> str:
-    """One line a learner pastes into the room's chat, so the instructor sees who has what (``timing``: a
-    :class:`helpers.timing.StepTiming`, or None).
+    """One line for the room's chat, so the instructor sees who has what (``timing``: a ``StepTiming`` or None).
 
     Example:
         >>> from helpers.profiles import get_profile
         >>> t4 = Hardware(True, "Tesla T4", (7, 5), 14.7, 2, 12.7, 30.0, True, False)
-        >>> room_line(t4, get_profile("colab-t4", use_vllm=False), [], [Trap("bf16", "", "")])
-        'grpo-course 0.2.0 | colab-t4 (Colab) | Tesla T4 14.7 GB cc7.5 fp16 | qwen2.5-1.5b | versions ok | traps: bf16 | step not timed'
+        >>> room_line(t4, get_profile("colab-t4", use_vllm=False), [], [Trap("bf16", "", "")]).split(" | ")[1:4]
+        ['colab-t4 (Colab)', 'Tesla T4 14.7 GB cc7.5 fp16', 'qwen2.5-1.5b']
     """
-    from . import __version__
-
     if hw.cuda:
         cap = f"cc{hw.capability[0]}.{hw.capability[1]}" if hw.capability else "cc?"
         machine = f"{hw.gpu_name} {hw.vram_gb} GB {cap} {'bf16' if native_bf16(hw.capability) else 'fp16'}"

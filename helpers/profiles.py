@@ -105,6 +105,8 @@ class Profile:
     optim: str
     weight_decay: float
     max_grad_norm: float
+    #: Recompute activations in the backward: less memory for about one more forward (TRL's default: True).
+    gradient_checkpointing: bool
     # --- the format warm-up (SFTTrainer) on an easier level
     warmup_examples: int
     warmup_level: str
@@ -164,7 +166,7 @@ CPU_SMOKE = Profile(
     max_completion_length=24, num_generations=2, per_device_train_batch_size=2, gradient_accumulation_steps=1,
     max_steps=2, learning_rate=1e-4, lora_rank=16, lora_alpha=32, beta=0.0, loss_type="dapo",
     scale_rewards="group", temperature=1.0, num_iterations=1, epsilon_high=0.28, mask_truncated_completions=False,
-    optim="adamw_torch", weight_decay=0.0, max_grad_norm=1.0,
+    optim="adamw_torch", weight_decay=0.0, max_grad_norm=1.0, gradient_checkpointing=False,
     warmup_examples=8, warmup_level="add1", warmup_epochs=1, warmup_learning_rate=1e-3, warmup_batch_size=8,
     time_budget_minutes=2, fallback_minutes=1, save_steps=1, eval_prompts=16, max_seq_length=512,
     gpu_memory_utilization=0.6, seed=3407,
@@ -184,8 +186,8 @@ COLAB_T4 = dataclasses.replace(
     CPU_DEMO, name="colab-t4", model="qwen2.5-1.5b", backend="unsloth", load_in_4bit=True, task_level="gsm8k",
     train_rows=7473, max_completion_length=256, num_generations=6, per_device_train_batch_size=6, max_steps=250,
     learning_rate=5e-6, lora_alpha=16, mask_truncated_completions=True, optim="adamw_8bit", weight_decay=0.1,
-    max_grad_norm=0.1, warmup_examples=0, time_budget_minutes=45, fallback_minutes=10, save_steps=25,
-    eval_prompts=200, max_seq_length=1024,
+    max_grad_norm=0.1, gradient_checkpointing=True, warmup_examples=0, time_budget_minutes=45, fallback_minutes=10,
+    save_steps=25, eval_prompts=200, max_seq_length=1024,
     # estimated, not measured: the install, a model download, the 45-minute training budget
     minutes={"00_setup": 5.0, "01_dataset_prep": 1.0, "02_reward_lab": 3.0, "03_grpo_training": 50.0,
              "04_merge_and_inference": 15.0, "05_your_own_task": 55.0},

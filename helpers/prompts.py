@@ -1,15 +1,6 @@
-"""Prompts exactly as TRL renders them, and the prefill in the chat template.
-
-A prompt is a conversation, system + user (the dataset's ``prompt`` column). TRL 1.13's
-``GRPOTrainer`` renders it with ``apply_chat_template(prompt, add_generation_prompt=True,
-**chat_template_kwargs)`` and never continues a final assistant message. So a task that wants the
-model to start inside its answer format *prefills* it in the template's generation prompt
-(:func:`install_prefill`): every render (TRL's, ``SFTTrainer``'s, :func:`encode` for evaluation and
-chat) then ends with the prefill and gives the model the same tokens.
-
-Example:
-    >>> [m["role"] for m in build_prompt("What is 2 + 3?", "Be brief.")]
-    ['system', 'user']
+"""Prompts exactly as TRL renders them (``apply_chat_template(prompt, add_generation_prompt=True)``, never
+continuing an assistant turn), so a task's prefill goes into the template's generation prompt, where every
+render (TRL's, ``SFTTrainer``'s, the evaluation's) sees it.
 """
 
 from __future__ import annotations
@@ -22,8 +13,7 @@ _MARK = "{#- course prefill #}"
 
 
 def build_prompt(question: str, system_prompt: str | None = None, system_role: bool = True) -> list[dict[str, str]]:
-    """System + user messages; ``system_role=False`` (templates that reject a system message) folds the
-    system prompt into the user turn.
+    """System + user messages; ``system_role=False`` folds the system prompt into the user turn.
 
     Example:
         >>> build_prompt("2+2?", "Be brief.", system_role=False)
@@ -42,13 +32,8 @@ def text_tokenizer(tokenizer: Any) -> Any:
 
 
 def install_prefill(tokenizer: Any, prefill: str | None) -> Any:
-    """Make the chat template's generation prompt end with ``prefill``; return the tokenizer.
-
-    Appends ``{% if add_generation_prompt %}<prefill>{% endif %}`` to the template, so a rendered prompt
-    ends inside the assistant turn while a rendered conversation (prompt + an assistant answer that starts
-    with the prefill, as ``SFTTrainer`` renders it) is unchanged. Idempotent; ``None`` or ``""`` removes
-    it. Saved with the tokenizer, so a reloaded adapter or merged model renders the same way.
-    """
+    """Make the chat template's generation prompt end with ``prefill`` (``None`` or ``""`` removes it), saved with
+    the tokenizer; a rendered conversation (as ``SFTTrainer`` renders one) is unchanged. Returns the tokenizer."""
     targets = {id(t): t for t in (tokenizer, text_tokenizer(tokenizer))}.values()
     templated = [t for t in targets if isinstance(getattr(t, "chat_template", None), str)]
     if not templated:
@@ -57,7 +42,8 @@ def install_prefill(tokenizer: Any, prefill: str | None) -> Any:
     for t in templated:
         base = t.chat_template.split(_MARK, 1)[0]
         if prefill:
-            base += f"{_MARK}{{% if add_generation_prompt %}}{{{{ {json.dumps(prefill, ensure_ascii=False)} }}}}{{% endif %}}"
+            literal = json.dumps(prefill, ensure_ascii=False)
+            base += f"{_MARK}{{% if add_generation_prompt %}}{{{{ {literal} }}}}{{% endif %}}"
         t.chat_template = base
     return tokenizer
 
@@ -81,7 +67,7 @@ def render(tokenizer: Any, prompt: Any, **chat_template_kwargs: Any) -> str:
 
 
 def encode(tokenizer: Any, prompts: Sequence[Any], **chat_template_kwargs: Any) -> list[list[int]]:
-    """Token ids of each prompt, by the call TRL 1.13 makes before generating (strings: ``tokenizer(text=...)``)."""
+    """Token ids of each prompt, by the call TRL makes before generating (strings: ``tokenizer(text=...)``)."""
     prompts = list(prompts)
     if not prompts:
         return []

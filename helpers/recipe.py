@@ -1,20 +1,6 @@
-"""The run's recipe as files TRL's own command line reads: ``trl grpo`` and ``trl sft`` YAML.
-
-To run notebook 03's recipe longer, on a bigger model or on several GPUs, nothing home-made is needed:
-``trl grpo`` / ``trl sft`` read every config field, the model, LoRA, quantisation, the dataset and the
-reward functions (by dotted import path) from a YAML file, and ``accelerate launch`` runs them with the
-DDP, DeepSpeed ZeRO and FSDP configs TRL ships. :func:`write_recipe` writes into ``RUN/recipe/``:
-
-* ``model/``: the base model's files (linked) and the tokenizer as the course prepares it (the task's
-  prefill in the chat template, the end-of-turn EOS): TRL's commands read the tokenizer from the model folder;
-* ``grpo.yaml``: every value of notebook 03's ``GRPOConfig`` (:func:`helpers.training.grpo_kwargs`), the task's
-  rewards by import path, notebook 01's prepared dataset;
-* ``sft.yaml`` and ``warmup.jsonl``: the format warm-up, where the profile has one.
-
-``trl grpo`` loads a saved adapter frozen, so it cannot continue the warm-up's adapter as notebook 03 does:
-``python -m helpers.recipe merge`` folds the warm-up into the weights GRPO starts from (``merge_and_unload``)
-and ``python -m helpers.recipe combine`` stacks the two LoRAs into one adapter on the base model
-(``add_weighted_adapter(combination_type="cat")``: exactly their sum). Outputs go to ``RUN/cli/``.
+"""The run's recipe as YAML for TRL's own command line: ``RUN/recipe/`` holds ``model/`` (weights linked, the
+course's tokenizer), ``grpo.yaml`` and, with a warm-up, ``sft.yaml``. ``trl grpo`` loads a saved adapter frozen, so
+``python -m helpers.recipe merge`` folds the warm-up in first and ``combine`` stacks both LoRAs into one adapter.
 """
 
 from __future__ import annotations
@@ -23,6 +9,7 @@ import importlib
 import os
 import shlex
 import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -32,56 +19,45 @@ from .data import ensure_prepared
 from .machine import gpu_capability
 from .models import LORA_TARGETS, model_source, prepare_tokenizer
 from .profiles import Profile, get_model_spec, get_profile
-from .prompts import install_prefill, text_tokenizer
+from .prompts import install_prefill
 from .tasks import Task, get_task
 from .training import check_config, grpo_kwargs, sft_kwargs, torch_dtype, warmup_dataset
 
 RECIPE_DIR, CLI_DIR = "recipe", "cli"
 GRPO_YAML, SFT_YAML, WARMUP_ROWS, MODEL_DIR = "grpo.yaml", "sft.yaml", "warmup.jsonl", "model"
-#: Files of a transformers model folder that :func:`recipe_model` links (weights and architecture).
 _MODEL_FILES = ("config.json", "*.safetensors", "*.safetensors.index.json", "*.bin", "pytorch_model*.json")
 
 
 class RecipeError(ValueError):
-    """A piece of the recipe TRL's command line cannot express as it stands; the message says what to do."""
+    """A piece of the recipe TRL's command line cannot express; the message says what to do."""
 
 
 def reward_path(func: Callable, task: Task | None = None) -> str:
-    """The dotted path ``trl grpo`` imports back to this very reward: a module-level name in the reward's
-    module or in the task's.
+    """The dotted path ``trl grpo`` imports back to this very reward (a module-level name).
 
     Example:
-        >>> [reward_path(f) for f, _ in get_task("arithmetic").rewards][1:3]
-        ['helpers.tasks.reasoning.partial_correctness_reward', 'helpers.tasks.reasoning.prefilled_strict_format_reward']
+        >>> reward_path(get_task("arithmetic").rewards[1][0])
+        'helpers.tasks.reasoning.partial_correctness_reward'
     """
     wrapped = getattr(func, "reward", None)  # a Prefilled reward usually lives beside the one it wraps
     modules = [getattr(func, "__module__", None), getattr(wrapped, "__module__", None),
                type(task).__module__ if task is not None else None]
-    for module in dict.fromkeys(m for m in modules if m and m != "__main__"):
-        try:
-            for name, value in vars(importlib.import_module(module)).items():
-                if value is func and not name.startswith("_"):
-                    return f"{module}.{name}"
-        except ImportError:
-            continue
-    raise RecipeError(f"Reward {getattr(func, '__name__', func)!r} is not importable by name, and `trl grpo` loads "
-                      "rewards by dotted import path. Assign it to a module-level name in an importable file (your "
-                      "task's module, e.g. my_task.py beside where you run the command).")
+    for module in dict.fromkeys(m for m in modules if m and m != "__main__"):  # each is imported already
+        for name, value in vars(importlib.import_module(module)).items():
+            if value is func and not name.startswith("_"):
+                return f"{module}.{name}"
+    raise RecipeError(f"Reward {getattr(func, '__name__', func)!r} is not importable by name, as `trl grpo` needs: "
+                      "assign it to a module-level name in an importable file (your task's module).")
 
 
 def _dump(sections: list[tuple[str, dict[str, Any]]], header: str) -> str:
-    """YAML with a comment above each section (``yaml.safe_dump`` per section, key order kept)."""
     import yaml
-
-    out = [header.rstrip() + "\n"]
-    for comment, values in sections:
-        out.append("\n" + "".join(f"# {line}\n" for line in comment.splitlines()))
-        out.append(yaml.safe_dump(values, sort_keys=False, allow_unicode=True, width=110))
-    return "".join(out)
+    parts = [f"\n# {comment}\n" + yaml.safe_dump(values, sort_keys=False, allow_unicode=True, width=110)
+             for comment, values in sections]
+    return header.rstrip() + "\n" + "".join(parts)
 
 
 def _model_args(profile: Profile, model: str | Path, dtype: str) -> dict[str, Any]:
-    """``trl.ModelConfig`` fields: the model folder, LoRA as notebook 03 builds it, 4-bit or not."""
     args: dict[str, Any] = dict(model_name_or_path=str(model), dtype=dtype, use_peft=True, lora_r=profile.lora_rank,
                                 lora_alpha=profile.lora_alpha, lora_dropout=0.0, lora_target_modules=list(LORA_TARGETS),
                                 lora_task_type="CAUSAL_LM")
@@ -89,41 +65,32 @@ def _model_args(profile: Profile, model: str | Path, dtype: str) -> dict[str, An
 
 
 def recipe_model(profile: Profile, folder: str | Path, tokenizer: Any = None, fetch: bool = False) -> Path:
-    """A model folder TRL's commands load as the course does: the base's weights and config (symlinks into
-    the bundled model or the Hugging Face cache, never copies), the prepared tokenizer, a generation config
-    with its EOS. ``fetch`` downloads a hub model into the cache first; without it a model not yet cached
-    gets the tokenizer only, and a warning says how to fetch the rest."""
+    """A model folder for TRL: the weights linked, the course's tokenizer (``fetch``: download a hub model first)."""
     from transformers import AutoTokenizer, GenerationConfig
-
     spec = get_model_spec(profile.model)
     source = Path(model_source(spec)) if spec.bundled else None
     if source is None:
         from huggingface_hub import snapshot_download
-
         try:
             source = Path(snapshot_download(spec.hf_id, local_files_only=not fetch, allow_patterns=[
                 "*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.tiktoken"]))
         except Exception as exc:  # noqa: BLE001 - not in the cache (offline), or no network
-            import warnings
-
-            warnings.warn(f"{spec.hf_id} is not in the Hugging Face cache ({type(exc).__name__}), so {folder} holds "
-                          "the tokenizer but not the weights yet. Fetch them once (several GB): `python -m "
-                          f"helpers.recipe write RUN --profile {profile.name} --fetch`.", stacklevel=2)
+            warnings.warn(f"{spec.hf_id} is not in the Hugging Face cache ({type(exc).__name__}): {folder} holds only "
+                          f"the tokenizer. Fetch the weights: python -m helpers.recipe write RUN --profile "
+                          f"{profile.name} --fetch", stacklevel=2)
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     for file in [f for p in _MODEL_FILES for f in source.glob(p)] if source is not None else []:
-        link = folder / file.name
-        if link.is_symlink() or link.exists():
-            link.unlink()
-        link.symlink_to(file.resolve())
-    tokenizer = tokenizer or AutoTokenizer.from_pretrained(str(source) if source is not None else spec.hf_id)
-    install_prefill(prepare_tokenizer(tokenizer), get_task(profile.task).prefill).save_pretrained(str(folder))
+        (folder / file.name).unlink(missing_ok=True)
+        (folder / file.name).symlink_to(file.resolve())
+    name = str(source) if source is not None else spec.hf_id
     try:
-        generation = GenerationConfig.from_pretrained(str(source) if source is not None else spec.hf_id)
+        generation = GenerationConfig.from_pretrained(name)
     except OSError:  # no generation_config.json, or not in the cache
         generation = GenerationConfig()
-    tok = text_tokenizer(tokenizer)
-    generation.eos_token_id, generation.pad_token_id = tok.convert_tokens_to_ids(tok.eos_token), tok.pad_token_id
+    tokenizer = prepare_tokenizer(tokenizer or AutoTokenizer.from_pretrained(name),
+                                  SimpleNamespace(generation_config=generation))  # the EOS and pad ids
+    install_prefill(tokenizer, get_task(profile.task).prefill).save_pretrained(str(folder))
     generation.save_pretrained(str(folder))
     return folder
 
@@ -139,22 +106,17 @@ class Recipe:
     output: Path
 
     def commands(self, processes: int = 1) -> list[str]:
-        """The commands, in order: warm-up (``trl sft``) and its merge, ``trl grpo``, and the two adapters
-        combined. ``processes > 1`` runs GRPO as that many CPU processes with ``torchrun``, the per-process
-        batch divided so the global batch, and every step's groups, stay the recipe's."""
-        import yaml
-
-        out = [f"trl sft --config {_q(self.sft)}", f"python -m helpers.recipe merge {_q(self.folder)}"] if self.sft else []
-        if processes <= 1:
-            out.append(f"trl grpo --config {_q(self.grpo)}")
-        else:
-            batch = yaml.safe_load(self.grpo.read_text())["per_device_train_batch_size"]
+        """The commands in order; ``processes > 1`` runs GRPO with ``torchrun``, the global batch kept."""
+        warmup = [f"trl sft --config {_q(self.sft)}", f"python -m helpers.recipe merge {_q(self.folder)}"]
+        grpo = f"trl grpo --config {_q(self.grpo)}"
+        if processes > 1:
+            batch = load_recipe(self.grpo)["per_device_train_batch_size"]
             if batch % processes:
                 raise RecipeError(f"per_device_train_batch_size={batch} does not split over {processes} processes: "
                                   "choose a number of processes that divides it, or raise the batch in the profile.")
-            out.append(f"torchrun --nproc_per_node {processes} -m trl.scripts.grpo --config {_q(self.grpo)} "
-                       f"--per_device_train_batch_size {batch // processes}")
-        return out + ([f"python -m helpers.recipe combine {_q(self.folder)}"] if self.sft else [])
+            grpo = (f"torchrun --nproc_per_node {processes} -m trl.scripts.grpo --config {_q(self.grpo)} "
+                    f"--per_device_train_batch_size {batch // processes}")
+        return [*warmup, grpo, f"python -m helpers.recipe combine {_q(self.folder)}"] if self.sft else [grpo]
 
     @classmethod
     def of(cls, run: str | Path) -> "Recipe":
@@ -169,7 +131,7 @@ class Recipe:
 
     @property
     def adapter(self) -> Path:
-        """Where the commands leave the trained adapter on the base model (what notebook 04 loads)."""
+        """Where the commands leave the adapter on the base model (what notebook 04 loads)."""
         return self.output / ("adapter" if self.sft is not None else "grpo")
 
 
@@ -179,8 +141,7 @@ def _q(path: Path | None) -> str:
 
 def recipe_texts(profile: Profile, run: str | Path, capability: tuple[int, int] | None = None,
                  vllm_installed: bool | None = None) -> dict[str, str]:
-    """The recipe's YAML files as text (``sft.yaml`` only where the profile warms up), checked by
-    :func:`helpers.training.check_config`; writes nothing, loads no model.
+    """The recipe's YAML files as text, checked by ``check_config``; writes nothing.
 
     Example:
         >>> texts = recipe_texts(get_profile("cpu-smoke"), "/tmp/run")
@@ -199,39 +160,30 @@ def recipe_texts(profile: Profile, run: str | Path, capability: tuple[int, int] 
         texts[SFT_YAML] = _dump([
             ("Model (trl.ModelConfig): the recipe's model folder, LoRA as in notebook 03.",
              _model_args(profile, model, dtype)),
-            (f"Data: {profile.warmup_examples} rows of level {profile.warmup_level!r}, prompt + completion\n"
-             "conversations; SFTTrainer trains on the completion only.",
+            (f"Data: {profile.warmup_examples} prompt + completion rows of level {profile.warmup_level!r}.",
              {"datasets": [{"path": "json", "data_files": str(folder / WARMUP_ROWS), "split": "train"}]}),
             ("SFTConfig: every value notebook 03's warm-up cell sets.", sft_kwargs(profile, output, capability)),
-        ], header=(f"# The format warm-up of profile {profile.name!r} ({task.name}), written by helpers.recipe.\n"
-                   f"# Run it with TRL's own command:  trl sft --config {folder / SFT_YAML}\n"
-                   f"# then fold it into the weights GRPO starts from:  python -m helpers.recipe merge {folder}"))
+        ], header=(f"# The format warm-up of profile {profile.name!r} ({task.name}): trl sft --config "
+                   f"{folder / SFT_YAML}\n# then: python -m helpers.recipe merge {folder}"))
+    start = "the base with the warm-up merged in (python -m helpers.recipe merge)" if warmup else "the base"
     texts[GRPO_YAML] = _dump([
-        ("Model (trl.ModelConfig)" + (": the base with the warm-up merged in (python -m helpers.recipe merge);\n"
-                                      f"the base and its tokenizer are in {model}." if warmup else
-                                      ": the recipe's model folder (the base + the course's tokenizer)."),
+        (f"Model (trl.ModelConfig): {start}, the course's tokenizer in {model}.",
          _model_args(profile, output / "warmup-merged" if warmup else model, dtype)),
-        ("Data: notebook 01's prepared dataset (saved with save_to_disk: arrow files), its train split.",
+        ("Data: notebook 01's prepared dataset (save_to_disk's arrow files), its train split.",
          {"datasets": [{"path": "arrow", "data_files": str(run / "dataset" / "train" / "data-*.arrow"),
                         "split": "train"}]}),
-        ("Rewards, by import path (TRL imports module.name); their weights are reward_weights below.",
-         {"reward_funcs": paths}),
+        ("Rewards by import path; their weights are reward_weights below.", {"reward_funcs": paths}),
         ("GRPOConfig: every value notebook 03's GRPOConfig cell sets (helpers.training.grpo_kwargs).", grpo),
-    ], header=(f"# The GRPO recipe of profile {profile.name!r} ({task.name}), written by helpers.recipe.\n"
-               f"# Run it with TRL's own command:  trl grpo --config {folder / GRPO_YAML}\n"
-               "# Any field can be overridden on the command line (--max_steps 500)."
-               + (" On a GPU, notebook 03 trains with Unsloth; TRL's command trains the same LoRA with PEFT."
-                  if profile.backend == "unsloth" else "")
-               + f"\n# Prefill {task.prefill!r}: in the chat template saved with the model folder's tokenizer."))
+    ], header=(f"# The GRPO recipe of profile {profile.name!r} ({task.name}): trl grpo --config {folder / GRPO_YAML}\n"
+               f"# Override any field on the command line (--max_steps 500). Prefill {task.prefill!r}: in the chat "
+               "template of the model folder's tokenizer."))
     return texts
 
 
 def write_recipe(profile: Profile, run: str | Path, tokenizer: Any = None, capability: tuple[int, int] | None = None,
                  fetch: bool = False) -> Recipe:
-    """Write the run's recipe into ``RUN/recipe/``, for the profile's task; return it. ``tokenizer``: notebook
-    03's (loaded from the profile when None). The prepared dataset is used where it lies (built when missing)."""
+    """Write the run's recipe into ``RUN/recipe/`` for the profile's task (dataset built when missing)."""
     from transformers import AutoTokenizer
-
     run = Path(run).absolute()
     folder = run / RECIPE_DIR
     capability = gpu_capability() if capability is None and profile.backend == "unsloth" else capability
@@ -249,54 +201,46 @@ def write_recipe(profile: Profile, run: str | Path, tokenizer: Any = None, capab
 def load_recipe(path: str | Path) -> dict[str, Any]:
     """A recipe YAML as a dict."""
     import yaml
-
     return yaml.safe_load(Path(path).read_text())
 
 
-def _adapter_model(sft: dict[str, Any], adapter: Path, name: str = "default") -> Any:
+def _with_warmup(folder: Path, needs: tuple[str, ...]) -> tuple[Any, dict[str, Any], dict[str, Any]]:
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
-
-    base = AutoModelForCausalLM.from_pretrained(sft["model_name_or_path"], dtype=getattr(torch, sft.get("dtype") or "float32"))
-    return PeftModel.from_pretrained(base, str(adapter), adapter_name=name)
+    if not (folder / SFT_YAML).is_file():
+        raise RecipeError(f"No {SFT_YAML} in {folder}: this recipe has no warm-up, so `trl grpo` alone trains it.")
+    recipes = {name: load_recipe(folder / name) for name in (SFT_YAML, GRPO_YAML)}
+    for name in needs:
+        trained = Path(recipes[name]["output_dir"])
+        if not (trained / "adapter_config.json").is_file():
+            command = f"trl {name.removesuffix('.yaml')} --config {folder / name}"
+            raise RecipeError(f"No adapter in {trained}: run `{command}` first.")
+    sft = recipes[SFT_YAML]
+    base = AutoModelForCausalLM.from_pretrained(sft["model_name_or_path"],
+                                                dtype=getattr(torch, sft.get("dtype") or "float32"))
+    return PeftModel.from_pretrained(base, sft["output_dir"], adapter_name="warmup"), sft, recipes[GRPO_YAML]
 
 
 def merge_warmup(folder: str | Path) -> Path:
-    """Fold the warm-up adapter (``trl sft``'s output) into the weights the GRPO step starts from; every
-    path comes from the recipe's YAML."""
+    """Fold the warm-up adapter (``trl sft``'s output) into the weights ``trl grpo`` starts from."""
     from transformers import AutoTokenizer
-
-    folder = Path(folder)
-    if not (folder / SFT_YAML).is_file():
-        raise RecipeError(f"No {SFT_YAML} in {folder}: this recipe has no warm-up, run `trl grpo` directly.")
-    sft, grpo = load_recipe(folder / SFT_YAML), load_recipe(folder / GRPO_YAML)
-    if not (Path(sft["output_dir"]) / "adapter_config.json").is_file():
-        raise RecipeError(f"No warm-up adapter in {sft['output_dir']}: run `trl sft --config {folder / SFT_YAML}` first.")
+    model, sft, grpo = _with_warmup(Path(folder), (SFT_YAML,))
     target = Path(grpo["model_name_or_path"])
-    _adapter_model(sft, Path(sft["output_dir"])).merge_and_unload().save_pretrained(str(target))
+    model.merge_and_unload().save_pretrained(str(target))
     AutoTokenizer.from_pretrained(sft["model_name_or_path"]).save_pretrained(str(target))
     return target
 
 
 def combine_adapters(folder: str | Path) -> Path:
-    """One LoRA adapter on the *base* model equal to warm-up + GRPO (rank r1 + r2, ``combination_type="cat"``),
-    saved to ``RUN/cli/adapter``: it loads on the base model, as notebook 04 loads ``RUN/adapter``."""
+    """One LoRA adapter on the base equal to warm-up + GRPO (``combination_type="cat"``), in ``RUN/cli/adapter``."""
     from transformers import AutoTokenizer
-
-    folder = Path(folder)
-    if not (folder / SFT_YAML).is_file():
-        raise RecipeError(f"No {SFT_YAML} in {folder}: without a warm-up, `trl grpo`'s output_dir already holds "
-                          "the adapter on the base model.")
-    sft, grpo = load_recipe(folder / SFT_YAML), load_recipe(folder / GRPO_YAML)
+    model, _, grpo = _with_warmup(Path(folder), (SFT_YAML, GRPO_YAML))
     trained = Path(grpo["output_dir"])
-    if not (trained / "adapter_config.json").is_file():
-        raise RecipeError(f"No GRPO adapter in {trained}: run `trl grpo --config {folder / GRPO_YAML}` first.")
-    model = _adapter_model(sft, Path(sft["output_dir"]), "warmup")
     model.load_adapter(str(trained), adapter_name="grpo")
     model.add_weighted_adapter(["warmup", "grpo"], [1.0, 1.0], adapter_name="default", combination_type="cat")
-    model.delete_adapter("warmup")
-    model.delete_adapter("grpo")
+    for name in ("warmup", "grpo"):
+        model.delete_adapter(name)
     target = trained.parent / "adapter"
     model.save_pretrained(str(target))  # the adapter named "default" is saved at the folder's top level
     AutoTokenizer.from_pretrained(str(trained)).save_pretrained(str(target))
@@ -304,10 +248,8 @@ def combine_adapters(folder: str | Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m helpers.recipe write RUN [--profile NAME] [--task KEY]``, ``... merge RUN/recipe``,
-    ``... combine RUN/recipe``."""
+    """``python -m helpers.recipe write RUN [--profile NAME] [--task KEY] [--fetch]`` | ``merge|combine RUN/recipe``."""
     import argparse
-
     parser = argparse.ArgumentParser(prog="python -m helpers.recipe", description=main.__doc__)
     sub = parser.add_subparsers(dest="action", required=True)
     write = sub.add_parser("write", help="write RUN/recipe/ from a profile")

@@ -1,21 +1,5 @@
-"""Testing rewards before GRPO does: cases, score tables, group advantages.
-
-- :class:`RewardCase` + :func:`check_cases`: hand-written completions with the
-  score each reward should give, as a pass/fail table (:func:`assert_cases`
-  raises with it; the course's own tests use it).
-- :func:`score_table`: every reward's score for a list of completions, called
-  exactly as TRL calls them, plus the weighted ``total`` TRL logs as ``reward``.
-- :func:`group_advantages`: the advantages TRL 1.13's ``GRPOTrainer`` computes
-  from those totals (a test checks it against the trainer itself).
-
-Rewards are given as a list of functions or of ``(function, weight)`` pairs (a task's ``rewards``).
-
-Example:
-    >>> from helpers.tasks.reasoning import correctness_reward, strict_format_reward
-    >>> cases = [RewardCase("<reasoning>\\n1+1=2\\n</reasoning>\\n<answer>\\n2\\n</answer>",
-    ...                     {"correctness_reward": 2.0, "strict_format_reward": 1.0}, answer="2")]
-    >>> bool(check_cases(cases, [correctness_reward, strict_format_reward])["passed"].all())
-    True
+"""Testing rewards before GRPO does: hand-written cases as a pass/fail table, every reward's score called as TRL
+calls it, and the group advantages TRL computes from the totals. Rewards: functions or ``(function, weight)``.
 """
 
 from __future__ import annotations
@@ -29,12 +13,7 @@ from .rewards import completion_text, weighted
 
 @dataclass
 class RewardCase:
-    """One hand-written completion and the score each named reward should give it.
-
-    ``expected`` maps reward names to a float, or ``None`` for "does not apply".
-    ``answer``, ``prompt``, ``completion_ids`` and ``columns`` are what the
-    trainer would pass alongside the completion.
-    """
+    """A completion and the score each named reward should give it (``None``: does not apply)."""
 
     completion: Any
     expected: dict[str, float | None]
@@ -60,15 +39,17 @@ def _same(got: Any, want: Any, tol: float) -> bool:
 
 
 def check_cases(cases: Sequence[RewardCase], rewards: Any, tol: float = 1e-6) -> Any:
-    """Run every case through every reward it names; one row per (case, reward).
+    """One row per (case, reward it names): expected, got, passed. A reward missing from ``rewards`` or raising
+    fails the row (``got`` says which), so neither a typo nor a crash passes.
 
-    Columns: ``case``, ``note``, ``completion`` (shortened), ``reward``,
-    ``expected``, ``got``, ``passed``. A case naming a reward not in ``rewards``
-    fails with ``got="missing"``, and a reward that raises fails with the
-    error, so neither a typo nor a crash can pass.
+    Example:
+        >>> from helpers.tasks.reasoning import correctness_reward, strict_format_reward
+        >>> cases = [RewardCase("<reasoning>\\n1+1=2\\n</reasoning>\\n<answer>\\n2\\n</answer>",
+        ...                     {"correctness_reward": 2.0, "strict_format_reward": 1.0}, answer="2")]
+        >>> bool(check_cases(cases, [correctness_reward, strict_format_reward])["passed"].all())
+        True
     """
     import pandas as pd
-
     funcs = {name: f for name, f, _ in weighted(rewards)}
     rows = []
     for i, case in enumerate(cases):
@@ -103,12 +84,8 @@ def assert_cases(cases: Sequence[RewardCase], rewards: Any, tol: float = 1e-6) -
 def score_table(completions: Sequence[Any], rewards: Any, prompts: Sequence[Any] | None = None,
                 completion_ids: Sequence[Sequence[int]] | None = None, width: int | None = 60,
                 **columns: Sequence[Any]) -> Any:
-    """One row per completion, one column per reward, and ``total``: the weighted sum TRL logs as
-    ``reward`` (``None`` scores skipped, as TRL's ``nansum``; NaN only when every reward said ``None``).
-
-    ``columns`` are dataset columns (``answer=[...]``), one value per completion,
-    passed to every reward as TRL passes them. ``width`` shortens the completion
-    column (``None``: full text).
+    """One row per completion, one column per reward, and ``total``: the weighted sum TRL logs as ``reward``
+    (``None`` skipped, as TRL's ``nansum``). ``columns``: one value per completion (``answer=[...]``).
 
     Example:
         >>> from helpers.tasks.reasoning import correctness_reward, numeric_answer_reward
@@ -118,7 +95,6 @@ def score_table(completions: Sequence[Any], rewards: Any, prompts: Sequence[Any]
         [2.25, 0.25]
     """
     import pandas as pd
-
     comps = list(completions)
     n = len(comps)
     for key, values in columns.items():
@@ -144,8 +120,7 @@ def score_table(completions: Sequence[Any], rewards: Any, prompts: Sequence[Any]
 
 @dataclass
 class GroupAdvantages:
-    """Per completion: ``rewards``, ``advantages``; per group: ``group_mean``, ``group_std``;
-    ``frac_zero_std``: the share of completions in groups whose rewards are all equal."""
+    """Per completion rewards and advantages, per group mean and std, and the share in groups of equal rewards."""
 
     rewards: list[float]
     advantages: list[float]
@@ -157,7 +132,6 @@ class GroupAdvantages:
     def to_frame(self) -> Any:
         """One row per completion: group, reward, group mean and std, advantage."""
         import pandas as pd
-
         g = self.group_size
         idx = range(len(self.rewards))
         return pd.DataFrame(dict(group=[i // g for i in idx], reward=self.rewards,
@@ -166,13 +140,8 @@ class GroupAdvantages:
 
 
 def nanstd(values: Any, dim: int) -> Any:
-    """The Bessel-corrected standard deviation of a torch tensor along ``dim``, NaNs left out: the same
-    arithmetic as TRL's ``trl.trainer.utils.nanstd`` (tests/test_reward_lab.py compares them), without
-    importing TRL's trainers (and with them PEFT and bitsandbytes) into a notebook that only scores rewards.
-
-    """
+    """TRL's ``trl.trainer.utils.nanstd`` (Bessel-corrected, NaNs left out), without importing TRL's trainers."""
     import torch
-
     mean = torch.nanmean(values, dim=dim, keepdim=True)
     count = torch.sum(~torch.isnan(values), dim=dim)
     variance = torch.nanmean((values - mean) ** 2, dim=dim) * count / (count - 1)
@@ -180,14 +149,8 @@ def nanstd(values: Any, dim: int) -> Any:
 
 
 def group_advantages(rewards: Sequence[Any], group_size: int, scale: str = "group") -> GroupAdvantages:
-    """Group-relative advantages as TRL 1.13's ``GRPOTrainer`` computes them from the totals.
-
-    ``rewards``: one total per completion, each prompt's ``group_size``
-    completions consecutive (TRL's order); ``None``/NaN is "no score" (its
-    advantage is 0). ``scale`` is TRL's ``scale_rewards``: ``"group"``
-    (r - group mean) / (group std + 1e-4), ``"batch"`` (divided by the std of
-    the whole batch instead), ``"none"`` (no division: Dr. GRPO). The std is
-    Bessel-corrected (torch's default, TRL's ``nanstd``).
+    """Advantages as TRL's ``GRPOTrainer`` computes them from one total per completion, each prompt's group
+    consecutive; ``scale`` is TRL's ``scale_rewards`` (``"group"``, ``"batch"``, ``"none"``).
 
     Example:
         >>> a = group_advantages([1.0, 0.0, 0.0, 0.0, 2.0, 2.0, 2.0, 2.0], group_size=4)
@@ -195,7 +158,6 @@ def group_advantages(rewards: Sequence[Any], group_size: int, scale: str = "grou
         ([1.5, -0.5, -0.5, -0.5], [0.0, 0.0, 0.0, 0.0], 0.5)
     """
     import torch
-
     if scale not in ("group", "batch", "none"):
         raise ValueError(f"scale must be 'group', 'batch' or 'none' (TRL's scale_rewards), got {scale!r}.")
     totals = torch.tensor([math.nan if r is None else float(r) for r in rewards], dtype=torch.float32)
@@ -205,7 +167,8 @@ def group_advantages(rewards: Sequence[Any], group_size: int, scale: str = "grou
     grouped = totals.view(-1, group_size)
     mean = torch.nanmean(grouped, dim=1)
     std = nanstd(grouped, dim=1)
-    used = nanstd(totals.view(1, -1), dim=1).expand_as(totals) if scale == "batch" else std.repeat_interleave(group_size)
+    batch_std = nanstd(totals.view(1, -1), dim=1).expand_as(totals)
+    used = batch_std if scale == "batch" else std.repeat_interleave(group_size)
     adv = totals - mean.repeat_interleave(group_size)
     if scale != "none":
         adv = adv / (used + 1e-4)

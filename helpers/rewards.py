@@ -1,17 +1,6 @@
-"""Reward plumbing in TRL's convention, shared by every task's rewards.
-
-TRL's ``GRPOTrainer`` calls each reward as ``f(prompts=..., completions=..., completion_ids=...,
-**kwargs)``; the kwargs carry every dataset column but ``prompt`` (``answer=[...]``) plus
-``trainer_state``, ``log_extra`` and ``log_metric``. A reward returns one float per completion
-(``None``: does not apply) and must never raise. Completions are plain strings for text prompts and
-``[{"role": "assistant", "content": ...}]`` for conversational ones: :func:`completion_texts` reads both.
-
-A prefill written by the chat template is not part of the completion TRL hands over (trl #6966):
-:class:`Prefilled` scores ``prefill + completion`` instead.
-
-Example:
-    >>> completion_texts(["a", [{"role": "assistant", "content": "b"}], None])
-    ['a', 'b', '']
+"""Reward plumbing in TRL's convention (``f(completions=..., **columns)`` -> one float or ``None`` each, never
+raising), shared by every task, and completions as text. TRL hands over the completion without the chat
+template's prefill (trl #6966): :class:`Prefilled` scores ``prefill + completion``.
 """
 
 from __future__ import annotations
@@ -48,7 +37,12 @@ def _content(content: Any) -> str:
 
 
 def completion_texts(completions: Any) -> list[str]:
-    """:func:`completion_text` of each completion (``None`` gives ``[]``)."""
+    """:func:`completion_text` of each completion (``None`` gives ``[]``).
+
+    Example:
+        >>> completion_texts(["a", [{"role": "assistant", "content": "b"}], None])
+        ['a', 'b', '']
+    """
     if completions is None:
         return []
     if isinstance(completions, str):
@@ -60,12 +54,8 @@ def completion_texts(completions: Any) -> list[str]:
 
 
 class Prefilled:
-    """``reward`` scored on ``prefill + completion``, named ``prefilled_<name>`` (TRL logs rewards by name).
-
-    For prompts whose chat template prefilled the start of the answer. A small module-level class, so an
-    instance pickles (multiprocessing, checkpoints) and, assigned to a module-level name, ``trl grpo``
-    imports it by dotted path. A model that writes the prefill again shows it twice, which a format
-    reward counts as the error it is.
+    """``reward`` scored on ``prefill + completion``, named ``prefilled_<name>`` (TRL logs rewards by name);
+    a module-level class, so it pickles and ``trl grpo`` imports it by dotted path.
 
     Example:
         >>> shout = Prefilled(lambda completions, **kw: [float(t.startswith("HI")) for t in completions], "HI")
@@ -83,6 +73,17 @@ class Prefilled:
 
     def __repr__(self) -> str:
         return f"Prefilled({getattr(self.reward, '__name__', self.reward)!s}, {self.prefill!r})"
+
+
+def clip(text: Any, width: int) -> str:
+    """``text`` on one line (a newline shown as ↵), cut to ``width`` characters.
+
+    Example:
+        >>> clip("a\\nb", 9), clip("abcdef", 4)
+        ('a \u21b5 b', 'abc\u2026')
+    """
+    text = str(text).replace("\n", " \u21b5 ")
+    return text if len(text) <= width else text[: width - 1] + "\u2026"
 
 
 def weighted(rewards: Any) -> list[tuple[str, Any, float]]:

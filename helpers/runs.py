@@ -1,14 +1,5 @@
-"""Where things live (the checkout, the cache, run folders, the course's data files) and safe writes.
-
-Notebook 01 writes ``dataset/`` into the run folder, 03 writes ``grpo/`` (TRL's checkpoints and
-completion logs), ``adapter/``, ``warmup-adapter/`` and figures, 04 reads them and writes ``eval.json``
-and ``merged/``. Every write here is atomic: a killed process never leaves a file or folder that looks
-complete.
-
-Example:
-    >>> import tempfile
-    >>> read_json(write_json(Path(tempfile.mkdtemp()) / "a.json", {"x": 1}))
-    {'x': 1}
+"""Where things live (the checkout, the cache, run folders, the course's data files), and atomic writes: a killed
+process never leaves a file or folder that looks complete.
 """
 
 from __future__ import annotations
@@ -16,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 import time
 import urllib.request
 from contextlib import contextmanager
@@ -26,7 +16,6 @@ from typing import Any, Iterator
 from .machine import on_colab, on_kaggle
 from .profiles import REPO_REF, REPO_URL, detect_profile
 
-#: Where run folders go when kept on Google Drive (Colab) or in the notebook's output (Kaggle).
 DRIVE_RUNS = Path("/content/drive/MyDrive/grpo-course/runs")
 KAGGLE_RUNS = Path("/kaggle/working/runs")
 
@@ -37,44 +26,38 @@ def project_root() -> Path | None:
     return root if (root / "pyproject.toml").is_file() and (root / "notebooks").is_dir() else None
 
 
+def _env_path(name: str) -> Path | None:
+    value = os.environ.get(name, "").strip()
+    return Path(value).expanduser() if value else None
+
+
 def cache_dir() -> Path:
     """Where the bundled model is built: ``COURSE_CACHE`` or the user's cache folder."""
-    if os.environ.get("COURSE_CACHE", "").strip():
-        return Path(os.environ["COURSE_CACHE"].strip()).expanduser()
     from platformdirs import user_cache_dir
-
-    return Path(user_cache_dir("grpo-course"))
+    return _env_path("COURSE_CACHE") or Path(user_cache_dir("grpo-course"))
 
 
 def runs_root() -> Path:
     """Where run folders live: ``COURSE_RUNS``, else ``runs/`` in the checkout (or the working folder)."""
-    if os.environ.get("COURSE_RUNS", "").strip():
-        return Path(os.environ["COURSE_RUNS"].strip()).expanduser()
-    return (project_root() or Path.cwd()) / "runs"
+    return _env_path("COURSE_RUNS") or (project_root() or Path.cwd()) / "runs"
 
 
 def run_dir(profile_name: str | None = None, create: bool = True) -> Path:
     """The current run folder: ``COURSE_RUN_DIR``, else ``runs/lab-<profile>``."""
-    env = os.environ.get("COURSE_RUN_DIR", "").strip()
-    path = Path(env).expanduser() if env else runs_root() / f"lab-{profile_name or detect_profile()[0]}"
+    path = _env_path("COURSE_RUN_DIR") or runs_root() / f"lab-{profile_name or detect_profile()[0]}"
     if create:
         path.mkdir(parents=True, exist_ok=True)
     return path
 
 
 def use_persistent_runs(keep: bool = True) -> Path | None:
-    """Keep run folders where a disconnect cannot lose them (sets ``COURSE_RUNS``); the folder, or None.
-
-    On Colab it mounts Google Drive (Colab asks; decline and nothing changes) and uses
-    ``MyDrive/grpo-course/runs``; on Kaggle ``/kaggle/working/runs``. Elsewhere, with ``keep=False`` or with
-    ``COURSE_RUNS`` already set, it does nothing.
-    """
-    if not keep or os.environ.get("COURSE_RUNS", "").strip():
+    """On Colab (Google Drive, mounted if you allow it) or Kaggle, keep run folders where a disconnect cannot lose
+    them: sets ``COURSE_RUNS`` and returns the folder; elsewhere, or with ``COURSE_RUNS`` set, does nothing."""
+    if not keep or _env_path("COURSE_RUNS"):
         return None
     if on_colab():
         try:
             from google.colab import drive  # type: ignore[import-not-found]
-
             drive.mount(str(DRIVE_RUNS.parents[2]))
         except Exception as exc:  # noqa: BLE001 - declined, or no Drive: the run stays in /content
             print(f"Google Drive not mounted ({exc}): run folders stay in /content and are lost at a "
@@ -93,8 +76,7 @@ def use_persistent_runs(keep: bool = True) -> Path | None:
 
 
 def data_file(name: str) -> Path:
-    """A file of the course's ``data/`` folder: from the checkout, or (a bare install, Colab) fetched once
-    from the release into the cache."""
+    """A file of the course's ``data/`` folder: from the checkout, or fetched once into the cache (a bare install)."""
     root = project_root()
     if root is not None and (root / "data" / name).is_file():
         return root / "data" / name
@@ -138,11 +120,10 @@ def read_json(path: str | Path) -> Any:
 
 @contextmanager
 def atomic_folder(out_dir: str | Path, overwrite: bool = False) -> Iterator[Path]:
-    """Yield a temporary folder beside ``out_dir``; rename it into place when the block succeeds.
-
-    A non-empty ``out_dir`` is refused unless ``overwrite``; on an error ``out_dir`` is untouched.
+    """A temporary folder beside ``out_dir``, renamed into place when the block succeeds (``overwrite``: replace).
 
     Example:
+        >>> import tempfile
         >>> d = Path(tempfile.mkdtemp()) / "out"
         >>> with atomic_folder(d) as tmp:
         ...     _ = (tmp / "x.txt").write_text("hi")
@@ -154,10 +135,8 @@ def atomic_folder(out_dir: str | Path, overwrite: bool = False) -> Iterator[Path
         raise FileExistsError(f"{out_dir} already exists and is not empty, so nothing was written. "
                               "Pass overwrite=True to replace it, or choose another folder.")
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-writing-", dir=out_dir.parent))
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private (0700); the result is an ordinary folder
+    tmp = out_dir.with_name(f".{out_dir.name}-writing-{os.getpid()}-{time.time_ns()}")
+    tmp.mkdir()  # not mkdtemp: its folder is private (0700), this one an ordinary folder
     try:
         yield tmp
     except BaseException:

@@ -8,7 +8,6 @@ Example:
 
 from __future__ import annotations
 
-import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,9 +19,7 @@ from .training import train_grpo
 
 @dataclass(frozen=True)
 class StepTiming:
-    """TRL's own ``step_time`` of each timed step (generation, rewards, loss and backward of one optimizer
-    step). The first carries one-off costs (caches, kernels built on first use); the last is the price of
-    every later step."""
+    """TRL's ``step_time`` of each timed step: the first carries one-off costs, the last is every later step's price."""
 
     profile: str
     seconds: tuple[float, ...]
@@ -64,17 +61,13 @@ class StepTiming:
 
 
 def time_grpo_step(profile: Profile, steps: int = 2, **kwargs: Any) -> StepTiming:
-    """Time ``steps`` real GRPO steps of ``profile`` (its model, data and config) on a throw-away adapter in a
-    temporary folder; ``kwargs`` go to :func:`helpers.training.train_grpo` (``model``, ``tokenizer``)."""
+    """Time ``steps`` real GRPO steps of ``profile`` on a throw-away adapter (``kwargs`` go to ``train_grpo``)."""
     if steps < 1:
         raise ValueError(f"steps={steps}: time at least one step (2 shows the one-off costs of the first).")
-    folder = Path(tempfile.mkdtemp(prefix="grpo-step-timing-"))
-    try:
+    with tempfile.TemporaryDirectory(prefix="grpo-step-timing-", ignore_cleanup_errors=True) as folder:
         timed = profile.with_overrides(max_steps=steps, time_budget_minutes=None, save_steps=steps + 1)
-        out = train_grpo(timed, folder, resume=False, warmup=False, **kwargs)
+        out = train_grpo(timed, Path(folder), resume=False, warmup=False, **kwargs)
         seconds = tuple(round(float(r["step_time"]), 2) for r in out["trainer"].state.log_history if "step_time" in r)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
     if not seconds:
         raise RuntimeError("TRL logged no `step_time`: the pinned TRL logs it every step (logging_steps=1).")
     return StepTiming(profile.name, seconds, profile.max_steps, profile.time_budget_minutes,

@@ -21,7 +21,7 @@ from typing import Any
 
 from .callbacks import DashboardCallback, RunLogCallback, TimeBudgetCallback
 from .data import ensure_prepared
-from .machine import gpu_capability, installed, native_bf16
+from .machine import cpu_bf16, gpu_capability, installed, native_bf16
 from .models import import_unsloth, load_model, prepare_tokenizer
 from .preflight import installed_versions
 from .profiles import Profile, get_model_spec
@@ -53,15 +53,18 @@ def explain_config_error(error: Exception) -> str:
 
 
 def precision(profile: Profile, capability: tuple[int, int] | None) -> dict[str, bool]:
-    """``{"bf16", "fp16"}`` to train this profile with: float32 on a CPU; bf16 from compute capability 8.0;
-    below, fp16, except a model that overflows in fp16 (Gemma 3), which trains in float32.
+    """``{"bf16", "fp16"}`` to train this profile with. A CPU profile: bf16 autocast where the CPU runs bf16
+    natively (AVX512-BF16 or AMX, :func:`helpers.machine.cpu_bf16`), float32 elsewhere. A GPU: bf16 from compute
+    capability 8.0; below, fp16, except a model that overflows in fp16 (Gemma 3), which trains in float32.
 
     Example:
         >>> from helpers.profiles import get_profile
         >>> precision(get_profile("colab-t4"), (7, 5)), precision(get_profile("colab-t4", model="gemma3-1b"), (7, 5))
         ({'bf16': False, 'fp16': True}, {'bf16': False, 'fp16': False})
     """
-    if profile.backend != "unsloth" or capability is None:
+    if profile.backend != "unsloth":
+        return {"bf16": cpu_bf16(), "fp16": False}
+    if capability is None:
         return {"bf16": False, "fp16": False}
     if native_bf16(capability):
         return {"bf16": True, "fp16": False}
@@ -69,25 +72,29 @@ def precision(profile: Profile, capability: tuple[int, int] | None) -> dict[str,
 
 
 def torch_dtype(profile: Profile, capability: tuple[int, int] | None) -> str:
-    """The dtype the profile trains in, for a full-precision copy of its model (a merge, its reference)."""
-    bits = precision(profile, capability)
-    return "bfloat16" if bits["bf16"] else "float16" if bits["fp16"] else "float32"
+    """The dtype of a full-precision copy of the profile's model (a merge, its reference): a CPU profile's
+    weights stay float32 (bf16 there is autocast), a GPU's are in its training precision."""
+    bits = precision(profile, capability) if profile.backend == "unsloth" else {}
+    return "bfloat16" if bits.get("bf16") else "float16" if bits.get("fp16") else "float32"
 
 
 def check_config(config: Any, profile: Profile, capability: tuple[int, int] | None = None,
                  vllm_installed: bool | None = None) -> None:
     """Raise :class:`TrainingConfigError` for a ``GRPOConfig`` TRL accepts but that fails or teaches nothing:
-    bf16 below compute capability 8.0, Gemma 3 in fp16, a completion length too short for the task, vLLM
+    bf16 below compute capability 8.0 or on a CPU without native bf16, fp16 on a CPU, Gemma 3 in fp16, a completion length too short for the task, vLLM
     where it cannot run."""
     on_gpu = profile.backend == "unsloth"
     capability = gpu_capability() if on_gpu and capability is None else capability
     bf16, fp16 = bool(getattr(config, "bf16", False)), bool(getattr(config, "fp16", False))
     fix = "helpers.training.precision(PROFILE, capability) gives the right pair"
     errors: list[str] = []
-    if (bf16 or fp16) and (not on_gpu or capability is None):
-        errors.append(f"{'bf16' if bf16 else 'fp16'}=True on a CPU: CPU training runs in float32. Set bf16=False "
-                      f"and fp16=False ({fix}).")
-    elif bf16 and not native_bf16(capability):
+    if fp16 and (not on_gpu or capability is None):
+        errors.append(f"fp16=True on a CPU: there is no fp16 autocast on a CPU, the run would be float32 anyway. Set "
+                      f"fp16=False ({fix}).")
+    elif bf16 and (on_gpu and capability is None or not on_gpu and not cpu_bf16()):
+        errors.append(f"bf16=True on a CPU without native bf16 (AVX512-BF16 or AMX; helpers.machine.cpu_bf16() is "
+                      f"False): emulated bf16 is slower than float32. Set bf16=False ({fix}).")
+    elif bf16 and on_gpu and not native_bf16(capability):
         errors.append(f"bf16=True on a GPU of compute capability {capability[0]}.{capability[1]} (a T4 is 7.5): bf16 "
                       f"needs 8.0 or newer (A100, L4, H100), even if torch.cuda.is_bf16_supported() says True. Use "
                       f"fp16 ({fix}).")
@@ -136,7 +143,8 @@ def grpo_kwargs(profile: Profile, run: str | Path, capability: tuple[int, int] |
         reward_weights=[w for _, w in rewards], max_steps=profile.max_steps, logging_steps=1,
         save_steps=profile.save_steps, save_total_limit=2, log_completions=True, num_completions_to_print=0,
         report_to="none", disable_tqdm=True, seed=profile.seed, use_cpu=profile.backend != "unsloth",
-        use_vllm=profile.use_vllm, vllm_mode="colocate", vllm_gpu_memory_utilization=profile.gpu_memory_utilization,
+        gradient_checkpointing=profile.gradient_checkpointing, use_vllm=profile.use_vllm, vllm_mode="colocate",
+        vllm_gpu_memory_utilization=profile.gpu_memory_utilization,
         **precision(profile, capability))
 
 
@@ -157,7 +165,8 @@ def sft_kwargs(profile: Profile, run: str | Path, capability: tuple[int, int] | 
                 learning_rate=profile.warmup_learning_rate, lr_scheduler_type="constant",
                 per_device_train_batch_size=profile.warmup_batch_size, completion_only_loss=True, logging_steps=1,
                 save_strategy="no", report_to="none", disable_tqdm=True, seed=profile.seed,
-                use_cpu=profile.backend != "unsloth", **precision(profile, capability))
+                use_cpu=profile.backend != "unsloth", gradient_checkpointing=profile.gradient_checkpointing,
+                **precision(profile, capability))
 
 
 def warmup_dataset(profile: Profile, tokenizer: Any) -> Any:

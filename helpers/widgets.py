@@ -1,8 +1,5 @@
-"""Small ipywidgets for the notebooks: a reward playground, a completions explorer, a chat box.
-
-Each cell that shows one also prints (or renders) the same content statically, so a headless run, a
-rendered copy on GitHub or a frontend without widgets still shows it. They need only ipywidgets 7.7.1,
-the version Colab's frontend renders (``tools/browser_check.py`` drives them in a browser).
+"""Small ipywidgets for the notebooks (a reward playground, a completions explorer, a chat box), for ipywidgets
+7.7.1 as Colab renders it; each cell also shows the same content statically.
 """
 
 from __future__ import annotations
@@ -16,18 +13,16 @@ from .reward_lab import score_table
 
 
 def reward_playground(rewards: Any, text: str = "", answer: str | None = None, **columns: Any) -> Any:
-    """A text box: type a completion, see every reward's score and the weighted total update as you type.
-    ``answer`` is editable; other dataset columns (``schema=...``) are passed to the rewards as they are."""
+    """Type a completion, see each reward's score and the weighted total as you type (``columns``: ``schema=``)."""
     import ipywidgets as W
-
     box = W.Textarea(value=text, placeholder="Type a completion...", layout=W.Layout(width="auto", height="140px"))
     gold = W.Text(value=answer or "", description="answer:")
     out = W.HTML()
 
     def refresh(*_: Any) -> None:
         table = score_table([box.value], rewards, answer=[gold.value or None], **{k: [v] for k, v in columns.items()})
-        scores = table.drop(columns=["completion"]).T
-        out.value = "<pre style='line-height:1.3'>" + html.escape(scores.to_string(header=False, float_format=lambda v: f"{v:.3f}")) + "</pre>"
+        text = table.drop(columns=["completion"]).T.to_string(header=False, float_format=lambda v: f"{v:.3f}")
+        out.value = f"<pre style='line-height:1.3'>{html.escape(text)}</pre>"
 
     box.observe(refresh, names="value")
     gold.observe(refresh, names="value")
@@ -36,10 +31,8 @@ def reward_playground(rewards: Any, text: str = "", answer: str | None = None, *
 
 
 def completions_explorer(df: Any) -> Any:
-    """A step slider over a run's completion log (:func:`helpers.explorer.load_completions`), showing each
-    prompt's completions with their rewards and advantages."""
+    """A step slider over a run's completion log (:func:`helpers.explorer.load_completions`)."""
     import ipywidgets as W
-
     steps = sorted(int(s) for s in df["step"].unique()) or [0]
     slider = W.SelectionSlider(options=steps, value=steps[-1], description="step", continuous_update=False)
     view = W.HTML(render_step(df, steps[-1]))
@@ -51,7 +44,6 @@ def chat_box(model: Any, tokenizer: Any, settings: Any, system_prompt: str | Non
              chat_template_kwargs: dict | None = None) -> Any:
     """A text box and a Send button; each question is a fresh conversation (what the model was trained on)."""
     import ipywidgets as W
-
     box = W.Text(placeholder="Ask a question, e.g. What is 23 + 19?", layout=W.Layout(width="70%"))
     send = W.Button(description="Send", button_style="primary")
     view = W.HTML()

@@ -72,6 +72,21 @@ def dotted(func: ast.AST) -> str:
     return ".".join(reversed(parts))
 
 
+def spelled_dicts(tree: ast.AST) -> dict[str, list[str]]:
+    """``NAME = dict(a=..., b=...)`` or ``NAME = {"a": ...}``: keys a reader sees written out."""
+    out = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            value = node.value
+            if isinstance(value, ast.Call) and dotted(value.func) == "dict" and not value.args and all(
+                    k.arg for k in value.keywords):
+                out[node.targets[0].id] = [k.arg for k in value.keywords]
+            elif isinstance(value, ast.Dict) and all(isinstance(k, ast.Constant) and isinstance(k.value, str)
+                                                     for k in value.keys):
+                out[node.targets[0].id] = [k.value for k in value.keys]
+    return out
+
+
 def target_of(name: str) -> str | None:
     for key in sorted(set(TARGETS) | set(VLLM_TARGETS), key=len, reverse=True):
         if name == key or name.endswith("." + key):
@@ -85,13 +100,18 @@ def found_calls() -> list[tuple[str, int, str, list[str], bool]]:
     out = []
     for where, source in sources().items():
         tree = ast.parse(source)
+        spelled = spelled_dicts(tree)
         demos = {id(n) for t in ast.walk(tree) if isinstance(t, ast.Try) and any(
             "TypeError" in ast.unparse(h.type or ast.Name("")) for h in t.handlers)
             for stmt in t.body for n in ast.walk(stmt)}  # calls made to show TRL's own TypeError
         for node in ast.walk(tree):
             if isinstance(node, ast.Call) and id(node) not in demos and (key := target_of(dotted(node.func))):
                 kws = [k.arg for k in node.keywords if k.arg is not None]
-                out.append((where, node.lineno, key, kws, any(k.arg is None for k in node.keywords)))
+                stars = [k.value for k in node.keywords if k.arg is None]
+                for star in [s for s in stars if isinstance(s, ast.Name) and s.id in spelled]:
+                    kws += spelled[star.id]  # GRPOConfig(**ASKED), ASKED = dict(...) written out above
+                    stars.remove(star)
+                out.append((where, node.lineno, key, kws, bool(stars)))
     return out
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib.util
+import os
+import subprocess
 import sys
 import types
 from types import SimpleNamespace
@@ -57,24 +59,32 @@ def test_hardware_is_a_frozen_record():
         hw.cpus = 4  # type: ignore[misc]
 
 
-@pytest.mark.parametrize("capability, probes, expected", [
-    ("AVX2", (True, True), False),           # torch runs no bf16 kernels here, whatever the chip says
-    ("DEFAULT", (True, True), False),
-    ("AVX512", (False, False), False),       # AVX-512 without its BF16 extension or AMX
-    ("AVX512", (True, False), True),
-    ("AVX512_BF16", (False, True), True),    # AMX tiles
+@pytest.mark.parametrize("capability, chip, expected", [
+    ("AVX2", {"avx512_bf16": True, "amx_bf16": True}, False),  # torch runs no bf16 kernels here, whatever the chip has
+    ("DEFAULT", {"avx512_bf16": True}, False),
+    ("SVE256", {}, False),                                     # ARM: float32
+    ("AVX512", {"avx512_bf16": False, "amx_bf16": False}, False),  # AVX-512 without its BF16 extension or AMX
+    ("AVX512", {"avx512_bf16": True}, True),                   # e.g. AMD Zen 4, Intel Cooper Lake
+    ("AVX512", {"amx_bf16": True}, True),                      # AMX tiles (Intel Sapphire Rapids)
 ])
-def test_cpu_bf16_needs_both_the_kernels_and_the_instructions(monkeypatch, capability, probes, expected):
+def test_cpu_bf16_needs_both_the_kernels_and_the_instructions(monkeypatch, capability, chip, expected):
     import torch
 
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
-    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: probes[0], raising=False)
-    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: probes[1], raising=False)
+    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: chip)
     assert cpu_bf16() is expected
 
 
 def test_cpu_bf16_on_this_machine_is_a_bool():
     assert isinstance(cpu_bf16(), bool)
+
+
+def test_cpu_bf16_is_false_under_avx2_kernels():
+    """ATEN_CPU_CAPABILITY=avx2 (a laptop's kernels) must give float32, even on a chip with AVX512-BF16."""
+    code = "from helpers.machine import cpu_bf16; print(cpu_bf16())"
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": "avx2"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
 
 
 def test_installed_looks_without_importing():

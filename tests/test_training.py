@@ -47,6 +47,13 @@ def weights(profile):
     return [w for _, w in get_task(profile.task).rewards_for(profile.task_level)]
 
 
+@pytest.fixture(autouse=True)
+def cpu_without_bf16(monkeypatch):
+    """Every test sees a CPU without native bf16 (float32: the same answers on every machine); the tests of
+    a bf16 CPU say so."""
+    monkeypatch.setattr(training, "cpu_bf16", lambda: False)
+
+
 def pretend_ampere_with_vllm(monkeypatch):
     """bf16 cannot be built on a CPU (transformers checks the GPU) and vLLM is not installed here."""
     monkeypatch.setattr("transformers.training_args.is_torch_bf16_gpu_available", lambda: True)
@@ -70,12 +77,33 @@ def test_precision_follows_the_backend_the_capability_and_the_model(profile, cap
     assert torch_dtype(profile, capability) == dtype
 
 
+def test_a_cpu_with_native_bf16_trains_with_bf16_autocast(monkeypatch, tmp_path):
+    """AVX512-BF16 or AMX: bf16 autocast (the weights stay float32); a GPU profile is not affected."""
+    monkeypatch.setattr(training, "cpu_bf16", lambda: True)
+    assert precision(SMOKE, None) == precision(SMOKE, A100) == {"bf16": True, "fp16": False}
+    assert torch_dtype(SMOKE, None) == "float32"
+    assert precision(get_profile("colab-t4"), T4) == {"bf16": False, "fp16": True}
+    check_config(cfg(bf16=True, max_completion_length=20), SMOKE)
+    config = grpo_config(SMOKE, tmp_path)  # transformers accepts bf16 with use_cpu (training_args.py:1745)
+    assert config.bf16 and not config.fp16 and config.use_cpu and config.mixed_precision == "bf16"
+    assert sft_kwargs(SMOKE, tmp_path)["bf16"] is True
+
+
+def test_cpu_profiles_skip_gradient_checkpointing_gpu_profiles_keep_it(tmp_path):
+    """TRL turns it on by default (one more forward per step); a 135M model on a CPU has memory to spare."""
+    assert grpo_kwargs(SMOKE, tmp_path)["gradient_checkpointing"] is False
+    assert sft_kwargs(get_profile("cpu-demo"), tmp_path)["gradient_checkpointing"] is False
+    assert grpo_config(SMOKE, tmp_path).gradient_checkpointing is False
+    assert grpo_kwargs(get_profile("colab-t4"), tmp_path, T4)["gradient_checkpointing"] is True
+
+
 # --------------------------------------------------------------------------- check_config
 
 
 @pytest.mark.parametrize("profile, config, capability, message", [
-    (SMOKE, cfg(bf16=True), None, "bf16=True on a CPU"),
+    (SMOKE, cfg(bf16=True), None, "bf16=True on a CPU without native bf16"),
     (SMOKE, cfg(fp16=True), None, "fp16=True on a CPU"),
+    (get_profile("colab-t4"), cfg(bf16=True), None, "bf16=True on a CPU"),  # a GPU profile with no GPU seen
     (get_profile("colab-t4"), cfg(bf16=True), T4, "compute capability 7.5"),
     (get_profile("colab-t4", model="gemma3-1b"), cfg(fp16=True), T4, "Gemma 3 overflows in fp16"),
     (SMOKE, cfg(max_completion_length=19), None, "too short for the 'arithmetic' task: .* at least 20"),

@@ -28,6 +28,7 @@ def is_checked(cell) -> bool:
 
 
 def clean(nb) -> None:
+    nb.metadata.pop("widgets", None)  # saved widget state: large, and differs on every run
     for cell in nb.cells:
         if cell.cell_type != "code":
             cell.pop("outputs", None)

@@ -1,25 +1,14 @@
-"""A task is one module behind one small interface; every stage of the course dispatches on ``Profile.task``.
-
-A task says where its rows come from (generated in levels, or loaded from a file and checked), what the
-model is told (the system prompt, the prefill), what a perfect completion looks like (the warm-up's
-reference), how GRPO rewards a completion, and how the evaluation scores one. Write your own by
-subclassing :class:`Task` and filling in those names; ``get_profile(..., task="my_module:MyTask")``
-then runs data prep, the warm-up, ``train_grpo``, the evaluation and the recipe on it unchanged.
-
-Example:
-    >>> task = get_task("arithmetic")
-    >>> task.name, task.prefill, task.headline
-    ('arithmetic', '<reasoning>\\n', 'accuracy')
+"""A task is one module behind one small interface, :class:`Task`; every stage dispatches on ``Profile.task``.
+Subclass it, fill in its names, and ``get_profile(..., task="my_module:MyTask")`` runs the course on it.
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from ..rewards import RewardFunc
 
-#: The course's own tasks, by name; any other ``Profile.task`` is ``"module:attribute"``.
 BUILTIN = {"arithmetic": "helpers.tasks.arithmetic:ArithmeticTask", "json": "helpers.tasks.orders:OrdersTask"}
 
 
@@ -43,9 +32,8 @@ class Task:
     min_completion_tokens: int = 16
 
     def make_rows(self, level: str, n: int, seed: int) -> Any:
-        """``n`` distinct rows of one level (the same for the same seed): each a dict with ``question`` (the
-        user message), ``answer`` (the gold answer, as text) and any column the rewards read. A task with
-        a real held-out set returns ``{"train": rows, "eval": rows}`` instead."""
+        """``n`` distinct rows of one level, the same for the same seed: dicts with ``question``, ``answer`` and any
+        column the rewards read (or ``{"train": rows, "eval": rows}`` for a task with a real held-out set)."""
         raise NotImplementedError(f"Task {self.name!r} must define make_rows(level, n, seed).")
 
     def reference(self, row: Mapping[str, Any]) -> str:
@@ -53,15 +41,14 @@ class Task:
         raise NotImplementedError(f"Task {self.name!r} must define reference(row) for the format warm-up.")
 
     def score(self, text: str, row: Mapping[str, Any]) -> dict[str, float]:
-        """Metrics of one completion (``text`` starts with the prefill): ``{name: value}``, holding at
-        least :attr:`headline` and :attr:`format_metric`. Use the rule the correctness reward uses."""
+        """``{metric: value}`` of one completion (with the prefill), :attr:`headline` and :attr:`format_metric`
+        included, by the rule the correctness reward uses."""
         raise NotImplementedError(f"Task {self.name!r} must define score(text, row).")
 
     # --- optional: override when the default does not fit
 
     def clean_answer(self, row: Mapping[str, Any]) -> str:
-        """The row's gold answer as the rewards compare it; raise ``ValueError`` saying what is wrong
-        (:func:`helpers.data.validate` reports it with the row)."""
+        """The row's gold answer as the rewards compare it; a ``ValueError`` says what is wrong."""
         value = "" if row.get("answer") is None else str(row["answer"]).strip()
         if not value:
             raise ValueError("the answer is missing: write it, or delete the row")
@@ -76,23 +63,41 @@ class Task:
         return list(self.rewards)
 
     def settings(self, profile: Any) -> dict[str, Any]:
-        """Profile fields this task sets when a profile switches to it (``get_profile(..., task=...)``):
-        by default its first level for both GRPO and the warm-up."""
+        """Profile fields set when a profile switches to this task (default: its first level for GRPO and warm-up)."""
         first = next(iter(self.levels))
         return {"task_level": first, "warmup_level": first}
 
 
+def distinct_rows(draw: Callable[[], dict | None], n: int, where: str, noun: str, fix: str) -> list[dict]:
+    """``n`` rows of ``draw()`` with distinct questions (``None``: draw again), or an error when they run out."""
+    rows, seen, attempts = [], set(), 0
+    while len(rows) < n:
+        attempts += 1
+        if attempts > 50 * n + 1000:
+            raise ValueError(f"{where} gave only {len(rows)} distinct {noun}, fewer than the {n} asked for. "
+                             f"Ask for fewer rows or {fix}.")
+        row = draw()
+        if row is not None and row["question"] not in seen:
+            seen.add(row["question"])
+            rows.append(row)
+    return rows
+
+
 def level_table(task: Task) -> list[dict[str, Any]]:
-    """One row per level: name, description and an example question (levels with a ``source`` are loaded
-    from a dataset, not generated, and show none)."""
+    """One row per level: name, description and an example question (none for a level loaded from a ``source``)."""
     return [{"level": name, "description": getattr(spec, "description", str(spec)),
              "example": "" if getattr(spec, "source", None) else task.make_rows(name, 1, 0)[0]["question"]}
             for name, spec in task.levels.items()]
 
 
 def get_task(key: str | Task) -> Task:
-    """The task a profile names: a built-in name (``arithmetic``, ``json``) or ``"module:attribute"``
-    (a :class:`Task` subclass or instance), imported as ``trl grpo`` imports rewards."""
+    """The task a profile names: ``arithmetic``, ``json``, or ``"module:attribute"`` (a Task subclass or instance).
+
+    Example:
+        >>> task = get_task("arithmetic")
+        >>> task.name, task.prefill, task.headline
+        ('arithmetic', '<reasoning>\\n', 'accuracy')
+    """
     if isinstance(key, Task):
         return key
     path = BUILTIN.get(key, key)

@@ -1,14 +1,5 @@
-"""The arithmetic task: sums generated offline in levels, and GSM8K, its real-data variant (level ``gsm8k``).
-
-A generated level draws ``n_operands`` integers in ``[low, high]``, joins them with its operators (or
-uses a word template's formula) and evaluates left to right, never going negative. Every row has
-``question``, ``answer`` (a number string), ``solution`` (the worked steps, the warm-up's reasoning)
-and ``level``. GSM8K comes from the Hub (``openai/gsm8k``) or a folder named by ``COURSE_GSM8K_DIR``.
-
-Example:
-    >>> row = generate_arithmetic(1, "add2", seed=0)[0]
-    >>> sorted(row)
-    ['answer', 'level', 'question', 'solution']
+"""The arithmetic task: sums generated offline in levels (left to right, never negative, with the worked
+``solution``), and GSM8K as its real-data level ``gsm8k`` (the Hub, or a folder named by ``COURSE_GSM8K_DIR``).
 """
 
 from __future__ import annotations
@@ -20,19 +11,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from . import Task
+from . import Task, distinct_rows
 from .reasoning import (PREFILL, SYSTEM_PROMPT, correctness_reward, normalize_number, numeric_answer_reward,
                         partial_correctness_reward, prefilled_soft_format_reward, prefilled_strict_format_reward,
                         prefilled_xmlcount_reward, reference_completion, score_reasoning)
 
-#: A folder with GSM8K's ``train.jsonl``/``test.jsonl`` (for machines without the Hub).
 GSM8K_DIR_ENV = "COURSE_GSM8K_DIR"
 
 
 @dataclass(frozen=True)
 class Level:
-    """One difficulty level. ``templates`` use ``{expr}`` (the expression), ``{a}``..``{c}``, ``{name}`` and
-    ``{item}``; a word template carries its formula (``"a + b - c"``), a plain one draws ``operators``."""
+    """A level: ``n_operands`` numbers in ``[low, high]``; a template uses ``{expr}`` (drawn from ``operators``) or
+    ``{a}``..``{c}``, ``{name}``, ``{item}`` with its own formula (``"a + b - c"``)."""
 
     description: str
     low: int = 0
@@ -40,8 +30,7 @@ class Level:
     n_operands: int = 2
     operators: tuple[str, ...] = ("+",)
     templates: tuple[tuple[str, str | None], ...] = (("What is {expr}?", None),)
-    #: Where a loaded level's rows come from (None: generated).
-    source: str | None = None
+    source: str | None = None  # where a loaded level's rows come from (None: generated)
 
 
 NAMES = ("Ava", "Ben", "Chloe", "Dev", "Emma", "Finn", "Grace", "Hugo", "Isla", "Jonah",
@@ -81,7 +70,6 @@ _OPS = {"+": lambda x, y: x + y, "-": lambda x, y: x - y, "*": lambda x, y: x * 
 
 
 def _one_problem(rng: random.Random, level: Level) -> dict[str, str] | None:
-    """One problem, or None when a step went negative (the caller draws again)."""
     text, formula = rng.choice(level.templates)
     if formula is None:
         ops = [rng.choice(level.operators) for _ in range(level.n_operands - 1)]
@@ -110,17 +98,10 @@ def generate_arithmetic(n: int, level: str = "add2", seed: int = 0) -> list[dict
     if level not in LEVELS or level == "gsm8k":
         raise ValueError(f"Unknown generated level {level!r}. Levels: {', '.join(LEVELS)} ('gsm8k' is loaded, "
                          "not generated). Add your own with LEVELS['name'] = Level(...).")
-    rng, rows, seen, attempts = random.Random(f"arithmetic:{level}:{seed}"), [], set(), 0
-    while len(rows) < n:
-        attempts += 1
-        if attempts > 50 * n + 1000:
-            raise ValueError(f"Level {level!r} ({LEVELS[level].description}) gave only {len(rows)} distinct problems, "
-                             f"fewer than the {n} asked for. Ask for fewer rows or widen the level's range.")
-        row = _one_problem(rng, LEVELS[level])
-        if row is not None and row["question"] not in seen:
-            seen.add(row["question"])
-            rows.append(dict(row, level=level))
-    return rows
+    rng, spec = random.Random(f"arithmetic:{level}:{seed}"), LEVELS[level]
+    rows = distinct_rows(lambda: _one_problem(rng, spec), n, f"Level {level!r} ({spec.description})", "problems",
+                         "widen the level's range")
+    return [dict(row, level=level) for row in rows]
 
 
 def extract_hash_answer(text: Any) -> str | None:
@@ -142,10 +123,8 @@ def solution_text(gsm8k_answer: str) -> str:
 
 
 def load_gsm8k(source: str | Path | None = None) -> Any:
-    """GSM8K's ``train`` and ``test`` splits, from a folder of ``train.jsonl``/``test.jsonl``
-    (``source`` or ``$COURSE_GSM8K_DIR``) or else the Hub (notebook 01's ``load_dataset`` call)."""
+    """GSM8K's splits from a folder of ``train.jsonl``/``test.jsonl`` (``source``, ``$COURSE_GSM8K_DIR``) or the Hub."""
     from datasets import load_dataset
-
     source = source or os.environ.get(GSM8K_DIR_ENV, "").strip()
     if source:
         files = {s: str(Path(source) / f"{s}.jsonl") for s in ("train", "test")}
@@ -157,13 +136,12 @@ def load_gsm8k(source: str | Path | None = None) -> Any:
     try:
         return load_dataset("openai/gsm8k", "main")
     except Exception as exc:  # noqa: BLE001 - offline, auth or cache: the same advice
-        raise ConnectionError(
-            f"Could not load 'openai/gsm8k' from the Hugging Face Hub ({type(exc).__name__}: {exc}). Offline, put "
-            f"train.jsonl and test.jsonl in a folder and set {GSM8K_DIR_ENV} to it, or use a CPU profile "
-            "(COURSE_PROFILE=cpu-demo), whose generated levels need no download.") from exc
+        raise ConnectionError(f"Could not load 'openai/gsm8k' from the Hub ({type(exc).__name__}: {exc}). Offline, set "
+                              f"{GSM8K_DIR_ENV} to a folder with train.jsonl and test.jsonl, or use a CPU profile "
+                              "(COURSE_PROFILE=cpu-demo): its levels need no download.") from exc
 
 
-#: Reward presets ``[(reward, weight)]``; the total TRL logs as ``reward`` is the weighted sum.
+#: Reward presets ``[(reward, weight)]``; TRL logs their weighted sum as ``reward``.
 PRESETS: dict[str, list] = {
     "arithmetic": [(correctness_reward, 1.0), (partial_correctness_reward, 0.5), (prefilled_strict_format_reward, 0.5),
                    (prefilled_xmlcount_reward, 0.25)],

@@ -1,15 +1,5 @@
-"""Rewards for structured output: one JSON object, valid against a schema, with the right fields.
-
-TRL's convention like every course reward (:mod:`helpers.rewards`), never raising, whatever the text:
-huge, cut off, nested a thousand levels deep (the work is bounded by :data:`MAX_CHARS`,
-:data:`MAX_DEPTH` and :data:`MAX_STARTS`). The rows carry ``answer`` (the expected object as JSON text)
-and ``schema`` (its JSON Schema, checked by ``jsonschema``); the rewards read both as keywords.
-
-Example:
-    >>> find_json_object('Sure! ```json\\n{"a": 1}\\n``` Done.').obj
-    {'a': 1}
-    >>> field_match_reward(['{"name": "Ava", "quantity": 3}'], answer=['{"name": "Ava", "quantity": 2}'])
-    [0.5]
+"""Rewards for structured output: one JSON object, valid against the row's ``schema``, with the ``answer``'s fields.
+They never raise and their work is bounded, whatever the text (huge, cut off, nested a thousand deep).
 """
 
 from __future__ import annotations
@@ -21,12 +11,9 @@ from typing import Any, Callable
 
 from ..rewards import completion_texts
 
-#: Longer completions are not answers: they are not searched (keeps every reward's time bounded).
-MAX_CHARS = 20_000
-#: Objects nested deeper than this are refused (Python's parser refuses far deeper ones itself).
-MAX_DEPTH = 20
-#: How many ``{`` a completion is searched from before giving up.
-MAX_STARTS = 16
+MAX_CHARS = 20_000  # longer completions are not answers: not searched
+MAX_DEPTH = 20  # objects nested deeper are refused
+MAX_STARTS = 16  # how many "{" a completion is searched from
 
 
 def _reject_constant(name: str) -> Any:
@@ -37,7 +24,6 @@ _DECODER = json.JSONDecoder(parse_constant=_reject_constant)
 
 
 def _depth(value: Any) -> int:
-    """Nesting depth of a parsed value (iterative: no recursion limit to hit)."""
     deepest, stack = 0, [(value, 1)]
     while stack:
         v, d = stack.pop()
@@ -51,7 +37,7 @@ def _depth(value: Any) -> int:
 
 @dataclass(frozen=True)
 class JsonFind:
-    """What :func:`find_json_object` found: the object (or None), the text around it, why none."""
+    """The object found (or None), the text around it (``clean``: none), and why none was found."""
 
     obj: dict | None
     outside: str = ""
@@ -59,13 +45,12 @@ class JsonFind:
 
     @property
     def clean(self) -> bool:
-        """True when the completion is the object and nothing else (whitespace aside)."""
-        return self.obj is not None and not self.outside
+            return self.obj is not None and not self.outside
 
 
 def find_json_object(text: Any) -> JsonFind:
-    """The first JSON *object* in the text, parsed from each ``{`` in turn, so prose or a code fence around
-    it does not hide it; ``outside`` is the rest of the text, whitespace collapsed. Never raises.
+    """The first JSON *object* in the text, parsed from each ``{`` in turn (prose or a code fence around it does
+    not hide it); ``outside``: the rest of the text.
 
     Example:
         >>> f = find_json_object('Here: {"name": "Ava"} ok')
@@ -104,8 +89,7 @@ def as_object(value: Any) -> dict | None:
 
 
 def same_value(got: Any, want: Any) -> bool:
-    """THE field rule: strings equal ignoring case and outer spaces, numbers equal as numbers (a boolean
-    or a string is not a number), anything else equal as JSON values.
+    """THE field rule: strings equal ignoring case and outer spaces, numbers as numbers (not booleans or strings).
 
     Example:
         >>> same_value(" Ava ", "ava"), same_value(3, 3.0), same_value("3", 3), same_value(True, 1)
@@ -129,9 +113,7 @@ def is_exact_match(obj: Any, expected: Any) -> bool:
 
 @lru_cache(maxsize=64)
 def _validator(schema_text: str) -> Any:
-    """A compiled ``jsonschema`` validator per schema (cached: one schema serves every row)."""
     from jsonschema import Draft202012Validator
-
     schema = json.loads(schema_text)
     Draft202012Validator.check_schema(schema)
     return Draft202012Validator(schema)
@@ -147,7 +129,6 @@ def schema_errors(obj: Any, schema: Any) -> list[str] | None:
 
 
 def _column(values: Any, n: int) -> list:
-    """One value per completion from a dataset column (TRL passes lists; a missing column gives Nones)."""
     if values is None or isinstance(values, (str, dict)):
         return [values] * n
     values = list(values)
@@ -166,48 +147,44 @@ def json_format_reward(completions: Any, **kwargs: Any) -> list[float]:
 
 
 def schema_valid_reward(completions: Any, schema: Any = None, **kwargs: Any) -> list[float | None]:
-    """1.0 when the object satisfies the row's JSON Schema (the ``schema`` column), else 0.0; ``None``
-    (does not apply) when the row has no usable schema."""
+    """1.0 when the object satisfies the row's ``schema``, else 0.0; ``None`` without a usable schema."""
     texts = completion_texts(completions)
-    out: list[float | None] = []
-    for t, sch in zip(texts, _column(schema, len(texts))):
-        f = find_json_object(t)
-        errors = None if sch is None else schema_errors(f.obj, sch)
-        out.append(None if errors is None else 1.0 if f.obj is not None and not errors else 0.0)
-    return out
+    found = [find_json_object(t) for t in texts]
+    errors = [None if s is None else schema_errors(f.obj, s) for f, s in zip(found, _column(schema, len(texts)))]
+    return [None if e is None else float(f.obj is not None and not e) for f, e in zip(found, errors)]
 
 
 def field_match_reward(completions: Any, answer: Any = None, log_extra: Callable | None = None,
                        **kwargs: Any) -> list[float | None]:
-    """The share of the expected object's fields the completion's object gets right (partial credit); 0.0
-    without an object, ``None`` when the expected answer is not an object. Logs both objects inside TRL."""
+    """The share of the expected fields the object gets right; 0.0 without an object, ``None`` when the expected
+    answer is not an object. Logs both objects inside TRL.
+
+    Example:
+        >>> field_match_reward(['{"name": "Ava", "quantity": 3}'], answer=['{"name": "Ava", "quantity": 2}'])
+        [0.5]
+    """
     texts = completion_texts(completions)
-    out: list[float | None] = []
     found = [find_json_object(t) for t in texts]
-    for f, ans in zip(found, _column(answer, len(texts))):
-        want = as_object(ans)
+    out: list[float | None] = []
+    for f, want in zip(found, map(as_object, _column(answer, len(texts)))):
         out.append(None if not want else 0.0 if f.obj is None else
                    sum(k in f.obj and same_value(f.obj[k], v) for k, v in want.items()) / len(want))
     if log_extra is not None:
-        try:
-            log_extra("expected", ["" if a is None else str(a) for a in _column(answer, len(texts))])
-            log_extra("extracted", ["" if f.obj is None else json.dumps(f.obj)[:500] for f in found])
-        except Exception:  # noqa: BLE001 - logging never breaks a reward
-            pass
+        log_extra("expected", ["" if a is None else str(a) for a in _column(answer, len(texts))])
+        log_extra("extracted", ["" if f.obj is None else json.dumps(f.obj)[:500] for f in found])
     return out
 
 
 def exact_match_reward(completions: Any, answer: Any = None, **kwargs: Any) -> list[float | None]:
-    """1.0 when the object is exactly the expected one (no key missing or extra, every value right), else
-    0.0; ``None`` when the expected answer is not an object."""
+    """1.0 when the object is exactly the expected one, else 0.0; ``None`` when the answer is not an object."""
     texts = completion_texts(completions)
     return [None if as_object(ans) is None else float(is_exact_match(find_json_object(t).obj, ans))
             for t, ans in zip(texts, _column(answer, len(texts)))]
 
 
 def json_extras_penalty(completions: Any, schema: Any = None, answer: Any = None, **kwargs: Any) -> list[float]:
-    """-0.25 per key the schema (else the expected object) does not know, at most -0.75, and -0.25 for
-    text around the object; 0.0 for a clean object and for no object (the other rewards see to that).
+    """-0.25 per key the schema (else the expected object) does not know, at most -0.75, and -0.25 for text
+    around the object; 0.0 without an object.
 
     Example:
         >>> json_extras_penalty(['{"a": 1}', '{"a": 1, "z": 2} thanks', 'nothing'], answer=['{"a": 1}'] * 3)

@@ -1,19 +1,5 @@
-"""The JSON task: extract an order from a short message into one JSON object (structured output).
-
-Generated offline from a seed, in levels, like the arithmetic task::
-
-    Maya ordered three lamps, next-day delivery please.
-    {"name": "Maya", "item": "lamps", "quantity": 3, "shipping": "express"}
-
-Every row has ``question`` (the message), ``answer`` (the expected object as compact JSON), ``schema``
-(its JSON Schema, as JSON text) and ``level``; the rewards (:mod:`helpers.tasks.json_rewards`) read
-``answer`` and ``schema``. A learner's own CSV or JSONL is loaded with ``datasets.load_dataset`` and
-checked row by row against the schema (:func:`helpers.data.validate`, through :meth:`OrdersTask.clean_answer`).
-
-Example:
-    >>> row = generate_orders(1, "orders-easy", seed=1)[0]
-    >>> row["question"], row["answer"]
-    ('Ravi ordered 7 lamps with express shipping.', '{"name": "Ravi", "item": "lamps", "quantity": 7, "shipping": "express"}')
+"""The JSON task: extract an order from a short message into one JSON object, generated offline in levels. Rows
+hold ``question``, ``answer`` (the object as JSON text), ``schema`` (its JSON Schema as text) and ``level``.
 """
 
 from __future__ import annotations
@@ -24,19 +10,18 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from ..rewards import Prefilled
-from . import Task
+from . import Task, distinct_rows
+from .arithmetic import NAMES
 from .json_rewards import (as_object, exact_match_reward, field_match_reward, find_json_object, is_exact_match,
                            json_extras_penalty, json_format_reward, same_value, schema_errors, schema_valid_reward)
 
-#: The prefill: ``{"``, not ``{``, because the tokenizer writes ``{"`` as one token: a prompt ending in ``{``
-#: would not be a token prefix of prompt + answer (SFTTrainer warns, generation starts from a split it never saw).
+#: ``{"``, not ``{``: the tokenizer writes ``{"`` as one token, so a prompt ending in ``{`` is no token prefix of
+#: the answer.
 JSON_PREFILL = '{"'
 NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
                 "twelve")
 MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
           "November", "December")
-NAMES = ("Ava", "Ben", "Chloe", "Dev", "Emma", "Finn", "Grace", "Hugo", "Isla", "Jonah", "Kira", "Leo", "Maya",
-         "Noah", "Omar", "Priya", "Ravi", "Sara", "Tom", "Zoe")
 ITEMS = ("books", "lamps", "mugs", "chairs", "pens", "tickets", "shirts", "plates", "candles", "towels", "kites",
          "notebooks")
 #: How each ``shipping`` value may be written in the text (the first is the literal one).
@@ -57,8 +42,8 @@ YEAR = 2025
 
 @dataclass(frozen=True)
 class Level:
-    """One level: the object's fields, and how the message hides them (``templates`` use ``{name}``,
-    ``{qty}``, ``{item}``, ``{ship}``, ``{date}`` and ``{extra}``, a distracting number or nothing)."""
+    """A level: the object's fields, and how the message hides them (templates use ``{name}``, ``{qty}``,
+    ``{item}``, ``{ship}``, ``{date}``, ``{extra}``)."""
 
     description: str
     fields: tuple[str, ...]
@@ -69,13 +54,12 @@ class Level:
 
 
 _MAIN = ("{name} ordered {qty} {item} with {ship}.{extra}", "Please send {qty} {item} to {name}, {ship}.{extra}",
-         "New order from {name}: {qty} {item}, {ship}.{extra}", "{name} wants {qty} {item} and asked for {ship}.{extra}",
-         "Order for {name}: {qty} {item}, {ship}.{extra}")
+         "New order from {name}: {qty} {item}, {ship}.{extra}",
+         "{name} wants {qty} {item} and asked for {ship}.{extra}", "Order for {name}: {qty} {item}, {ship}.{extra}")
 _DATED = ("{name} ordered {qty} {item} with {ship}, to arrive on {date}.{extra}",
           "Please send {qty} {item} to {name} by {date}, {ship}.{extra}",
           "New order from {name}: {qty} {item}, {ship}, delivery on {date}.{extra}")
 _FOUR = ("name", "item", "quantity", "shipping")
-#: The levels, easiest first; add one with a line.
 LEVELS: dict[str, Level] = {
     "orders-easy": Level("four fields written literally, digits (format-only warm-up)", _FOUR,
                          ("{name} ordered {qty} {item} with {ship}.",)),
@@ -129,23 +113,23 @@ def _one_order(rng: random.Random, level: Level) -> tuple[str, dict[str, Any]]:
 
 
 def generate_orders(n: int, level: str = "orders", seed: int = 0) -> list[dict[str, str]]:
-    """``n`` distinct order messages of one level with their expected objects, the same for the same seed."""
+    """``n`` distinct order messages of one level with their expected objects, the same for the same seed.
+
+    Example:
+        >>> row = generate_orders(1, "orders-easy", seed=1)[0]
+        >>> row["question"], json.loads(row["answer"])["quantity"]
+        ('Ravi ordered 7 lamps with express shipping.', 7)
+    """
     if level not in LEVELS:
         raise ValueError(f"Unknown level {level!r}. Valid levels: {', '.join(LEVELS)}; add your own with "
                          "helpers.tasks.orders.LEVELS['name'] = Level(...).")
     rng, schema = random.Random(f"orders:{level}:{seed}"), json.dumps(make_schema(LEVELS[level].fields))
-    rows, seen, attempts = [], set(), 0
-    while len(rows) < n:
-        attempts += 1
-        if attempts > 50 * n + 1000:
-            raise ValueError(f"Level {level!r} gave only {len(rows)} distinct messages, fewer than the {n} asked "
-                             "for. Ask for fewer rows or add templates to the level.")
+
+    def draw() -> dict[str, str]:
         text, obj = _one_order(rng, LEVELS[level])
-        if text not in seen:
-            seen.add(text)
-            rows.append({"question": text, "answer": json.dumps(obj, ensure_ascii=False), "schema": schema,
-                         "level": level})
-    return rows
+        return {"question": text, "answer": json.dumps(obj, ensure_ascii=False), "schema": schema, "level": level}
+
+    return distinct_rows(draw, n, f"Level {level!r}", "messages", "add templates to the level")
 
 
 prefilled_json_format_reward = Prefilled(json_format_reward, JSON_PREFILL)
@@ -187,7 +171,6 @@ class OrdersTask(Task):
                 "field_rate": sum(right.values()) / max(1, len(right)), **{f"field: {k}": v for k, v in right.items()}}
 
     def clean_answer(self, row: Mapping[str, Any]) -> str:
-        """The expected object as compact JSON, after checking it against the row's schema."""
         raw = row.get("answer")
         obj = raw if isinstance(raw, dict) else as_object(raw)
         if obj is None:
@@ -201,7 +184,6 @@ class OrdersTask(Task):
         return json.dumps(obj, ensure_ascii=False)
 
     def settings(self, profile: Any) -> dict[str, Any]:
-        """CPU profiles train on ``orders`` after a warm-up on ``orders-easy``; GPU profiles on ``orders-dated``."""
         gpu = profile.backend == "unsloth"
         return {"task_level": "orders-dated" if gpu else "orders", "warmup_level": "orders-easy",
                 "max_completion_length": 96 if gpu else 40}

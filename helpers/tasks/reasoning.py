@@ -1,31 +1,12 @@
-"""The ``<reasoning>``/``<answer>`` format and number answers: the arithmetic task's rules and rewards.
-
-A completion the arithmetic task rewards::
-
-    <reasoning>
-    15 + 27 = 42
-    </reasoning>
-    <answer>
-    42
-    </answer>
-
-Every reward here is hardened (plain and conversational completions, never raises, bounded work) and
-follows TRL's convention (:mod:`helpers.rewards`). Notebook 02 writes the plain versions in its cells
-and tests these against them. :func:`answer_matches` is THE rule for a right answer: the correctness
-rewards and the evaluation both use it.
-
-Example:
-    >>> good = "<reasoning>\\n15 + 27 = 42\\n</reasoning>\\n<answer>\\n42\\n</answer>"
-    >>> correctness_reward(completions=[good, "42"], answer=["42", "42"])
-    [2.0, 0.0]
-    >>> prefilled_strict_format_reward(completions=[good[len(PREFILL):]])
-    [1.0]
+"""The arithmetic task's ``<reasoning>``/``<answer>`` format and its hardened rewards (notebook 02 writes the plain
+ones); :func:`answer_matches` is THE rule for a right answer, shared by the rewards and the evaluation.
 """
 
 from __future__ import annotations
 
 import re
 from collections import deque
+from itertools import islice
 from typing import Any, Callable, Sequence
 
 from ..rewards import Prefilled, completion_text, completion_texts
@@ -34,7 +15,8 @@ REASONING_START, REASONING_END, ANSWER_START, ANSWER_END = "<reasoning>", "</rea
 TAGS = (REASONING_START, REASONING_END, ANSWER_START, ANSWER_END)
 #: What the task prefills: the opening tag and a newline.
 PREFILL = REASONING_START + "\n"
-SYSTEM_PROMPT = f"Respond in the following format:\n{REASONING_START}\n...\n{REASONING_END}\n{ANSWER_START}\n...\n{ANSWER_END}"
+SYSTEM_PROMPT = (f"Respond in the following format:\n{REASONING_START}\n...\n{REASONING_END}\n"
+                 f"{ANSWER_START}\n...\n{ANSWER_END}")
 
 
 def reference_completion(solution: str, answer: str) -> str:
@@ -70,8 +52,7 @@ _NUMBER_IN_TEXT = re.compile(r"(?<![\w.])[+-]?\$?\d[\d,]*(?:\.\d+)?")
 
 
 def normalize_number(text: Any) -> str | None:
-    """One canonical string for a number written as text, or ``None`` unless it is a single number
-    (``$``, ``%``, thousands commas, a trailing period, leading ``+`` and zeros, trailing decimal zeros).
+    """One canonical string for a single number written as text (``$``, ``%``, ``1,000``, ``18.00``), else ``None``.
 
     Example:
         >>> [normalize_number(s) for s in ["$1,234", "18.00", "3.50", "-7", "42.", "1 2", "x"]]
@@ -100,27 +81,17 @@ def normalize_number(text: Any) -> str | None:
 
 def find_numbers(text: Any, limit: int = 1000) -> list[str]:
     """Every number in the text, normalised, in order (at most ``limit``)."""
-    out: list[str] = []
-    for m in _NUMBER_IN_TEXT.finditer(completion_text(text)):
-        n = normalize_number(m.group(0).rstrip(","))
-        if n is not None:
-            out.append(n)
-            if len(out) >= limit:
-                break
-    return out
+    found = (normalize_number(m.group(0).rstrip(",")) for m in _NUMBER_IN_TEXT.finditer(completion_text(text)))
+    return list(islice((n for n in found if n is not None), limit))
 
 
 def _last_number(text: str) -> str | None:
-    for m in reversed(deque(_NUMBER_IN_TEXT.finditer(text), maxlen=64)):
-        n = normalize_number(m.group(0).rstrip(","))
-        if n is not None:
-            return n
-    return None
+    last = reversed(deque(_NUMBER_IN_TEXT.finditer(text), maxlen=64))  # the last 64 candidates: bounded work
+    return next((n for n in (normalize_number(m.group(0).rstrip(",")) for m in last) if n is not None), None)
 
 
 def answer_matches(pred: Any, gold: Any) -> bool:
-    """THE task's right answer: equal numbers once normalised, or, for a gold answer that is not a
-    number, equal stripped text.
+    """THE right answer: equal numbers once normalised, or equal stripped text for a gold answer that is not a number.
 
     Example:
         >>> answer_matches("$1,080.00", "1080"), answer_matches("Paris", "Paris"), answer_matches(None, "4")
@@ -129,7 +100,9 @@ def answer_matches(pred: Any, gold: Any) -> bool:
     if pred is None or gold is None or not str(pred).strip() or not str(gold).strip():
         return False
     gold_number = normalize_number(str(gold).strip())
-    return normalize_number(str(pred).strip()) == gold_number if gold_number is not None else str(pred).strip() == str(gold).strip()
+    if gold_number is None:
+        return str(pred).strip() == str(gold).strip()
+    return normalize_number(str(pred).strip()) == gold_number
 
 
 _STRICT = re.compile(re.escape(REASONING_START) + r"[ \t]*\n(.*?)\n[ \t]*" + re.escape(REASONING_END) + r"\s*"
@@ -137,8 +110,7 @@ _STRICT = re.compile(re.escape(REASONING_START) + r"[ \t]*\n(.*?)\n[ \t]*" + re.
 
 
 def has_strict_format(text: Any) -> bool:
-    """One reasoning block then one answer block, each tag on its own line, both non-empty (DOTALL:
-    multi-line reasoning is fine), nothing else but outer whitespace."""
+    """One reasoning block then one answer block, each tag on its own line, both non-empty, nothing else."""
     t = completion_text(text).strip()
     if any(t.count(tag) != 1 for tag in TAGS):
         return False
@@ -177,8 +149,13 @@ def xmlcount_reward(completions: Any, **kwargs: Any) -> list[float]:
 
 def correctness_reward(completions: Any, answer: Sequence[Any], log_extra: Callable | None = None,
                        **kwargs: Any) -> list[float]:
-    """2.0 when the last ``<answer>`` block matches ``answer`` (:func:`answer_matches`); else 0.0. Inside
-    TRL it also logs the gold and the extracted answer to the completions table (``log_extra``)."""
+    """2.0 when the last ``<answer>`` block matches ``answer`` (:func:`answer_matches`), else 0.0; logs both.
+
+    Example:
+        >>> good = "<reasoning>\\n15 + 27 = 42\\n</reasoning>\\n<answer>\\n42\\n</answer>"
+        >>> correctness_reward([good, "42"], answer=["42", "42"]), prefilled_strict_format_reward([good[len(PREFILL):]])
+        ([2.0, 0.0], [1.0])
+    """
     preds = [extract_answer(t) for t in completion_texts(completions)]
     if log_extra is not None:
         log_extra("answer", ["" if a is None else str(a) for a in answer])
@@ -192,9 +169,8 @@ def numeric_answer_reward(completions: Any, **kwargs: Any) -> list[float]:
 
 
 def partial_correctness_reward(completions: Any, answer: Sequence[Any], **kwargs: Any) -> list[float | None]:
-    """A gentler slope for a small model: 1.0 for the right answer block, 0.5 when the right number is one of
-    several in it, 0.25 when the *last* number anywhere is right (so listing numbers does not pay), else
-    0.0; ``None`` when the gold answer is not a number.
+    """A gentler slope: 1.0 for the right answer block, 0.5 for the right number among several in it, 0.25 when
+    the *last* number anywhere is right, else 0.0; ``None`` when the gold answer is not a number.
 
     Example:
         >>> partial_correctness_reward(["<answer>13</answer>", "<answer>5+8=13</answer>", "5 + 8 = 13",
@@ -221,7 +197,7 @@ prefilled_xmlcount_reward = Prefilled(xmlcount_reward, PREFILL)
 
 
 def score_reasoning(text: str, answer: Any) -> dict[str, float]:
-    """The evaluation's metrics of one completion (``text`` with the prefill): ``accuracy`` (right AND in
-    the format: what the task trains for), ``correct`` (right, any format) and ``format``."""
+    """The evaluation's metrics of one completion (with the prefill): ``accuracy`` (right AND in the format),
+    ``correct`` (any format) and ``format``."""
     correct, fmt = answer_matches(extract_answer(text), answer), has_strict_format(text)
     return {"accuracy": float(correct and fmt), "correct": float(correct), "format": float(fmt)}

@@ -1,0 +1,240 @@
+"""GRPO's loss in plain torch: the save point of notebook 06 (*Inside GRPO*), checked against TRL's own.
+
+Read top to bottom this is ``GRPOTrainer._compute_loss`` of TRL 1.13 (trl/trainer/grpo_trainer.py:3113-3384)
+for a text model without vLLM, Liger, an entropy mask or an entropy bonus: per-token log-probs, the
+importance ratio (per token, or per sequence: GSPO), PPO's clipped surrogate or the term that replaces it
+(CISPO, SAPO, VESPO), the k3 KL penalty, and the reduction each ``loss_type`` makes. :class:`CaptureLoss`
+keeps the batches a real ``GRPOTrainer`` trains on; ``tests/test_grpo_loss.py`` checks :func:`grpo_loss`
+against ``GRPOTrainer.compute_loss`` on one, for every loss type.
+
+Example:
+    >>> import torch
+    >>> ratio, advantage = torch.tensor([[0.5, 1.0, 1.5]]), torch.tensor([[1.0]])
+    >>> clipped_surrogate(ratio, advantage, epsilon_low=0.2, epsilon_high=0.25).tolist()
+    [[-0.5, -1.0, -1.25]]
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from typing import Any
+
+import torch
+
+#: Every ``loss_type`` TRL 1.13 accepts (trl/trainer/grpo_trainer.py:3202-3231, 3246-3277).
+LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo")
+#: The loss types built on PPO's clipped surrogate (trl/trainer/grpo_trainer.py:3205).
+CLIPPED = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")
+
+
+@dataclass(frozen=True)
+class LossSettings:
+    """The ``GRPOConfig`` values the loss reads, and ``grad_accum`` (the trainer's
+    ``current_gradient_accumulation_steps``).
+
+    Example:
+        >>> LossSettings(loss_type="dr_grpo", max_completion_length=32).importance_sampling_level
+        'token'
+    """
+
+    loss_type: str = "dapo"
+    importance_sampling_level: str = "token"
+    epsilon_low: float = 0.2
+    epsilon_high: float = 0.2
+    delta: float | None = None
+    beta: float = 0.0
+    use_bias_correction_kl: bool = True
+    temperature: float = 1.0
+    max_completion_length: int = 256
+    sapo_temperature_pos: float = 1.0
+    sapo_temperature_neg: float = 1.05
+    vespo_k_pos: float = 2.0
+    vespo_lambda_pos: float = 3.0
+    vespo_k_neg: float = 3.0
+    vespo_lambda_neg: float = 2.0
+    grad_accum: int = 1
+    steps_per_generation: int = 1
+
+    def __post_init__(self) -> None:
+        if self.loss_type not in LOSS_TYPES:
+            raise ValueError(f"loss_type={self.loss_type!r}: TRL 1.13 knows {', '.join(LOSS_TYPES)}.")
+        if self.importance_sampling_level not in ("token", "sequence"):
+            raise ValueError(f"importance_sampling_level={self.importance_sampling_level!r}: "
+                             "use 'token' or 'sequence'.")
+
+    @classmethod
+    def from_config(cls, config: Any, grad_accum: int | None = None) -> "LossSettings":
+        """The settings of a ``GRPOConfig``; ``epsilon_low`` is ``epsilon``, and ``epsilon_high`` falls back to
+        it when unset, as ``GRPOTrainer.__init__`` does (trl/trainer/grpo_trainer.py:937-938)."""
+        named = {f.name: getattr(config, f.name) for f in fields(cls) if hasattr(config, f.name)}
+        named.update(epsilon_low=config.epsilon, epsilon_high=config.epsilon if config.epsilon_high is None
+                     else config.epsilon_high,
+                     grad_accum=config.gradient_accumulation_steps if grad_accum is None else grad_accum)
+        return cls(**named)
+
+
+def completion_logps(model: Any, batch: dict[str, torch.Tensor], temperature: float = 1.0) -> torch.Tensor:
+    """log pi(token | what precedes it) of each completion token, ``(B, C)``, at the sampling temperature.
+
+    Prompt and completion go through the model together; the logit at position t scores token t + 1, so
+    the C logits before the last one score the C completion tokens (only C + 1 positions are computed:
+    ``logits_to_keep``). The logits are divided by the temperature, as TRL does
+    (trl/trainer/grpo_trainer.py:1538-1545), and log-softmax is written as logit - logsumexp."""
+    width = batch["completion_ids"].size(1)
+    logits = model(input_ids=torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1),
+                   attention_mask=torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1),
+                   logits_to_keep=width + 1, use_cache=False).logits[:, :-1, :] / temperature
+    picked = logits.gather(-1, batch["completion_ids"].unsqueeze(-1)).squeeze(-1)
+    return picked - logits.logsumexp(dim=-1)
+
+
+def importance_ratio(logps: torch.Tensor, old_logps: torch.Tensor | None, mask: torch.Tensor,
+                     level: str = "token") -> torch.Tensor:
+    """pi_theta / pi_old: ``(B, C)`` per token, or ``(B, 1)`` per sequence (GSPO: the exponential of the mean
+    token log-ratio). Without old log-probs the trainer is on-policy and TRL takes ``logps.detach()``: the
+    ratio is exactly 1 but still carries the gradient of ``logps`` (trl/trainer/grpo_trainer.py:3158-3188)."""
+    log_ratio = logps - (logps.detach() if old_logps is None else old_logps)
+    if level == "sequence":
+        return torch.exp((log_ratio * mask).sum(-1, keepdim=True) / mask.sum(-1, keepdim=True).clamp(min=1.0))
+    return torch.exp(log_ratio)
+
+
+def clipped_surrogate(ratio: torch.Tensor, advantages: torch.Tensor, epsilon_low: float, epsilon_high: float,
+                      delta: float | None = None) -> torch.Tensor:
+    """PPO's token loss ``-min(r A, clip(r, 1 - epsilon_low, 1 + epsilon_high) A)``. Where the clipped term is the
+    smaller, it is a constant: that token gives no gradient. ``delta`` also caps the unclipped ratio
+    (two-sided clipping, trl/trainer/grpo_trainer.py:3205-3213)."""
+    clipped = torch.clamp(ratio, 1 - epsilon_low, 1 + epsilon_high)
+    if delta is not None:
+        ratio = torch.clamp(ratio, max=delta)
+    return -torch.min(ratio * advantages, clipped * advantages)
+
+
+def k3_kl(logps: torch.Tensor, ref_logps: torch.Tensor) -> torch.Tensor:
+    """Schulman's k3 estimate of KL(pi_theta || pi_ref) per token, ``exp(d) - d - 1`` with d = log pi_ref - log
+    pi_theta: never negative, 0 where the two agree (trl/trainer/grpo_trainer.py:3190-3195)."""
+    d = ref_logps - logps
+    return torch.exp(d) - d - 1
+
+
+def policy_term(ratio: torch.Tensor, advantages: torch.Tensor, logps: torch.Tensor, log_ratio: torch.Tensor,
+                mask: torch.Tensor, s: LossSettings) -> torch.Tensor:
+    """The per-token policy loss of ``s.loss_type`` (trl/trainer/grpo_trainer.py:3202-3231)."""
+    if s.loss_type in CLIPPED:
+        return clipped_surrogate(ratio, advantages, s.epsilon_low, s.epsilon_high, s.delta)
+    if s.loss_type == "cispo":  # the ratio, capped at epsilon_high and detached, weights a REINFORCE term
+        return -torch.clamp(ratio, max=s.epsilon_high).detach() * advantages * logps
+    if s.loss_type == "sapo":  # a sigmoid gate instead of a hard clip
+        tau = torch.where(advantages > 0, s.sapo_temperature_pos, s.sapo_temperature_neg)
+        return -torch.sigmoid(tau * (ratio - 1)) * 4 / tau * advantages
+    with torch.no_grad():  # vespo: a gamma weight of the sequence ratio (sum of log-ratios), 3063-3111
+        log_w = torch.clamp((torch.clamp(log_ratio, -20.0, 20.0) * mask).sum(-1, keepdim=True), math.log(1e-8), 20.0)
+        k = torch.where(advantages >= 0, s.vespo_k_pos, s.vespo_k_neg)
+        lam = torch.where(advantages >= 0, s.vespo_lambda_pos, s.vespo_lambda_neg).clamp(min=1e-4)
+        phi = torch.exp(lam + k * log_w - lam * torch.exp(log_w)).nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)
+    return -phi * advantages * logps
+
+
+def aggregate(per_token: torch.Tensor, mask: torch.Tensor, s: LossSettings,
+              num_items_in_batch: torch.Tensor | float | None = None) -> torch.Tensor:
+    """One number from the ``(B, C)`` token losses, as ``s.loss_type`` reduces them (trl/trainer/grpo_trainer.py:
+    3246-3277), scaled for gradient accumulation as TRL does itself (1145-1148). dapo, cispo and vespo divide by
+    ``num_items_in_batch``, the generation batch's completion tokens, rescaled to one optimizer step."""
+    x, t = per_token * mask, s.loss_type  # a (B, 1) sequence-level term broadcasts to every token here
+    if t in ("dapo", "cispo", "vespo"):
+        if num_items_in_batch is None:
+            raise ValueError(f"loss_type={t!r} needs num_items_in_batch: the captured batch's own entry.")
+        items = torch.as_tensor(num_items_in_batch, dtype=x.dtype).clamp(min=1.0)
+        return x.sum() / (items * s.grad_accum / s.steps_per_generation)
+    if t in ("grpo", "sapo"):
+        loss = (x.sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
+    elif t == "bnpo":
+        loss = x.sum() / mask.sum().clamp(min=1.0)
+    elif t == "dr_grpo":
+        loss = x.sum() / (x.size(0) * s.max_completion_length)
+    else:  # luspo
+        loss = x.sum(-1).mean()
+    return loss / s.grad_accum
+
+
+def grpo_loss(model: Any, batch: dict[str, Any], s: LossSettings) -> tuple[torch.Tensor, torch.Tensor, dict]:
+    """GRPOTrainer's loss on a batch it trained on (:class:`CaptureLoss`), by hand: ``(loss, ratio, metrics)``, the
+    metrics those TRL logs, ``kl`` (beta > 0) and ``clip_ratio/*`` (clipped types; 3360-3376)."""
+    mask = batch["completion_mask"].float()
+    adv = batch["advantages"].unsqueeze(1) if batch["advantages"].dim() == 1 else batch["advantages"]
+    old = batch.get("old_per_token_logps")
+    logps = completion_logps(model, batch, s.temperature)
+    ratio = importance_ratio(logps, old, mask, s.importance_sampling_level)
+    per_token = policy_term(ratio, adv, logps, logps - (logps.detach() if old is None else old), mask, s)
+    metrics = {}
+    if s.beta != 0.0:
+        kl = k3_kl(logps, batch["ref_per_token_logps"]) * (ratio if s.use_bias_correction_kl else 1.0)
+        per_token = per_token + s.beta * kl
+        metrics["kl"] = (kl.mean() if kl.size(1) == 1 else (kl * mask).sum() / mask.sum()).item()
+    if s.loss_type in CLIPPED:  # TRL tests the ratio after the delta cap
+        r = ratio if s.delta is None else torch.clamp(ratio, max=s.delta)
+        low, high = (r < 1 - s.epsilon_low) & (adv < 0), (r > 1 + s.epsilon_high) & (adv > 0)
+        for name, hit in (("low", low), ("high", high), ("region", low | high)):
+            hit = hit.float()
+            hit = hit.mean() if hit.size(1) == 1 else (hit * mask).sum() / mask.sum()
+            metrics[f"clip_ratio/{name}_mean"] = hit.item()
+    return aggregate(per_token, mask, s, batch.get("num_items_in_batch")), ratio, metrics
+
+
+@dataclass
+class Captured:
+    """One training micro-step: the batch ``compute_loss`` got, the loss it returned, the trainable (LoRA) weights
+    it was computed with, ``grad_accum``, and the metrics it logged."""
+
+    step: int
+    batch: dict[str, Any]
+    loss: float
+    weights: dict[str, torch.Tensor]
+    grad_accum: int
+    metrics: dict[str, float]
+
+
+class CaptureLoss:
+    """Put before ``GRPOTrainer`` in a subclass's bases to keep every training micro-step in ``self.captured``.
+    ``compute_loss`` is transformers' public override point; TRL's hands the work to ``_compute_loss``
+    (trl/trainer/grpo_trainer.py:3027-3035). Notebook 06 writes the same subclass out.
+
+    Example:
+        class CapturingGRPOTrainer(CaptureLoss, GRPOTrainer):
+            pass
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.captured: list[Captured] = []
+
+    def compute_loss(self, model: Any, inputs: dict[str, Any], return_outputs: bool = False,
+                     num_items_in_batch: Any = None) -> torch.Tensor:
+        if not model.training:  # an evaluation pass: nothing to keep
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        weights = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+        logged = {k: len(v) for k, v in self._metrics["train"].items()}
+        loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        self.captured.append(Captured(
+            len(self.captured), {k: v.detach().clone() if torch.is_tensor(v) else v for k, v in inputs.items()},
+            loss.item(), weights, self.current_gradient_accumulation_steps,
+            {k: v[-1] for k, v in self._metrics["train"].items() if len(v) > logged.get(k, 0)}))
+        return loss
+
+
+def load_weights(model: Any, weights: dict[str, torch.Tensor]) -> None:
+    """Copy saved trainable weights (:attr:`Captured.weights`) back into ``model``."""
+    params = dict(model.named_parameters())
+    with torch.no_grad():
+        for name, value in weights.items():
+            params[name].copy_(value)
+
+
+def lora_grads(model: Any) -> dict[str, torch.Tensor]:
+    """The gradient of every trainable weight (zeros where there is none), then cleared."""
+    out = {n: p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p)
+           for n, p in model.named_parameters() if p.requires_grad}
+    model.zero_grad(set_to_none=True)
+    return out
+
