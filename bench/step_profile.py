@@ -1,11 +1,11 @@
 """Where one ``cpu-demo`` GRPO step spends its time, against the machine's matmul roofline, and what the course's
 settings change: today's settings and the course's, side by side in one run.
 
-    python bench/step_profile.py [--variants today,course] [--machines native,avx2] [--rounds 2] [--steps 3]
-                                 [--threads N] [--torch-profile]
+    python bench/step_profile.py [--runs native/today,native/course,avx2/today,avx2/course] [--rounds 2]
+                                 [--steps 3] [--threads N] [--torch-profile]
 
-Each (machine, variant) runs in its own worker process, and the workers alternate round by round (today,
-course, today, course, ...), so load from other work on a shared machine falls on both alike. A worker builds
+Each run (a machine and a variant) is a worker process, and the workers alternate round by round (today,
+course, today, course, ...), so load from other work on a shared machine falls on all of them alike. A worker builds
 notebook 03's trainer for the profile's recipe (the model with the format warm-up adapter, the prepared data,
 the task's rewards, ``helpers.training.grpo_kwargs``, the course's callbacks; no checkpoint saving), wraps the
 trainer's methods so that each phase's exclusive time is recorded per optimizer step, and runs ``--steps``
@@ -253,7 +253,8 @@ def worker(args: argparse.Namespace) -> int:
     model, tok = load_model(profile, adapter=args.adapter)
     data = ensure_prepared(profile, Path(args.workdir) / "data", tokenizer=tok, verbose=False)
     rewards = get_task(profile.task).rewards_for(profile.task_level)
-    kwargs = {**grpo_kwargs(profile, run), **VARIANTS[args.worker], "max_steps": args.steps, "save_strategy": "no"}
+    steps = args.steps + (1 if args.torch_profile else 0)  # the profiled step is extra, and not timed
+    kwargs = {**grpo_kwargs(profile, run), **VARIANTS[args.worker], "max_steps": steps, "save_strategy": "no"}
     config = GRPOConfig(**kwargs)
     if args.worker == "course":
         check_config(config, profile)
@@ -264,12 +265,12 @@ def worker(args: argparse.Namespace) -> int:
     instrument(trainer, timer)
     ops: dict[str, Any] = {}
     if args.torch_profile:
-        trainer.add_callback(OpProfile(ops, args.steps))
+        trainer.add_callback(OpProfile(ops, steps))
     torch.manual_seed(profile.seed + args.round)
     trainer.train()
     trl_times = [float(r["step_time"]) for r in trainer.state.log_history if "step_time" in r]
     print(json.dumps({
-        "steps": [{k: v for k, v in s.items()} | {"trl_step_time": t} for s, t in zip(timer.steps, trl_times)],
+        "steps": [s | {"trl_step_time": t} for s, t in zip(timer.steps[:args.steps], trl_times)],
         "dims": model_dims(model), "roofline": roof, "ops": ops,
         "settings": {"bf16": config.bf16, "fp16": config.fp16, "gradient_checkpointing": config.gradient_checkpointing,
                      "autocast": bool(trainer.accelerator.native_amp), "threads": torch.get_num_threads(),
@@ -328,7 +329,7 @@ def prepare(args: argparse.Namespace) -> int:
     profile = get_profile(args.profile, task=args.task)
     model, tok = load_model(profile)
     ensure_prepared(profile, Path(args.workdir) / "data", tokenizer=tok, verbose=False)
-    if profile.warmup_examples:
+    if profile.warmup_examples and not (Path(args.workdir) / "warm" / "warmup-adapter").is_dir():
         run_warmup(model, tok, profile, Path(args.workdir) / "warm")
     return 0
 
@@ -383,14 +384,14 @@ def summarize(results: list[dict], skip: int) -> dict[str, Any]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--variants", default="today,course", help=f"comma-separated, of {sorted(VARIANTS)}")
-    ap.add_argument("--machines", default="native,avx2", help=f"comma-separated, of {sorted(MACHINES)}")
+    ap.add_argument("--runs", default="native/today,native/course,avx2/today,avx2/course",
+                    help=f"comma-separated MACHINE/VARIANT: machines {sorted(MACHINES)}, variants {sorted(VARIANTS)}")
     ap.add_argument("--rounds", type=int, default=2, help="worker processes per (machine, variant), interleaved")
-    ap.add_argument("--steps", type=int, default=3, help="steps per worker; the first is not timed")
+    ap.add_argument("--steps", type=int, default=3, help="steps per worker; the first (FLOPs counted) is not timed")
     ap.add_argument("--threads", type=int, default=None, help="torch threads on 'native' (default: torch's own)")
     ap.add_argument("--profile", default="cpu-demo")
     ap.add_argument("--task", default="arithmetic")
-    ap.add_argument("--torch-profile", action="store_true", help="torch.profiler op summary of each worker's last step")
+    ap.add_argument("--torch-profile", action="store_true", help="torch.profiler op summary of one more step per worker (not timed)")
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--adapter", default=None, help=argparse.SUPPRESS)
@@ -411,29 +412,32 @@ def main() -> int:
     say(f"preparing the warm-up adapter and data in {workdir}")
     subprocess.run(base + ["--prepare"], env=env, check=True, stdout=sys.stderr)
     adapter = workdir / "warm" / "warmup-adapter"
-    variants, machines = args.variants.split(","), args.machines.split(",")
-    raw: dict[str, list[dict]] = {f"{m}/{v}": [] for m in machines for v in variants}
+    runs = [tuple(r.split("/")) for r in args.runs.split(",")]
+    unknown = [r for r in runs if len(r) != 2 or r[0] not in MACHINES or r[1] not in VARIANTS]
+    if unknown:
+        raise SystemExit(f"unknown runs {unknown}: give MACHINE/VARIANT, machines {sorted(MACHINES)}, "
+                         f"variants {sorted(VARIANTS)}")
+    raw: dict[str, list[dict]] = {f"{m}/{v}": [] for m, v in runs}
     for rnd in range(args.rounds):
-        for machine in machines:
-            for variant in variants:
-                cmd = base + ["--worker", variant, "--steps", str(args.steps), "--round", str(rnd)]
-                cmd += ["--adapter", str(adapter)] if adapter.is_dir() else []
-                cmd += ["--threads", str(args.threads)] if args.threads and machine == "native" else []
-                cmd += ["--torch-profile"] if args.torch_profile else []
-                t = time.time()
-                out = subprocess.run(cmd, env={**env, **MACHINES[machine]}, capture_output=True, text=True)
-                if out.returncode:
-                    sys.stderr.write(out.stderr[-4000:])
-                    raise SystemExit(f"worker {machine}/{variant} failed ({out.returncode})")
-                result = json.loads(out.stdout.strip().splitlines()[-1])
-                raw[f"{machine}/{variant}"].append(result)
-                walls = [round(s.get("step_wall", 0), 1) for s in result["steps"]]
-                say(f"round {rnd + 1}/{args.rounds} {machine}/{variant}: steps {walls} s ({time.time() - t:.0f} s), "
-                    f"load {os.getloadavg()[0]:.1f}")
+        for machine, variant in runs:
+            cmd = base + ["--worker", variant, "--steps", str(args.steps), "--round", str(rnd)]
+            cmd += ["--adapter", str(adapter)] if adapter.is_dir() else []
+            cmd += ["--threads", str(args.threads)] if args.threads and machine == "native" else []
+            cmd += ["--torch-profile"] if args.torch_profile else []
+            t = time.time()
+            out = subprocess.run(cmd, env={**env, **MACHINES[machine]}, capture_output=True, text=True)
+            if out.returncode:
+                sys.stderr.write(out.stderr[-4000:])
+                raise SystemExit(f"worker {machine}/{variant} failed ({out.returncode})")
+            result = json.loads(out.stdout.strip().splitlines()[-1])
+            raw[f"{machine}/{variant}"].append(result)
+            walls = [round(s.get("step_wall", 0), 1) for s in result["steps"]]
+            say(f"round {rnd + 1}/{args.rounds} {machine}/{variant}: steps {walls} s ({time.time() - t:.0f} s), "
+                f"load {os.getloadavg()[0]:.1f}")
     summary = {key: summarize(results, skip=1) for key, results in raw.items()}
     compare = {}
-    for machine in machines:
-        if "today" in variants and "course" in variants:
+    for machine in MACHINES:
+        if f"{machine}/today" in raw and f"{machine}/course" in raw:
             today, course = summary[f"{machine}/today"]["step"], summary[f"{machine}/course"]["step"]
             per_round = [median([s["step_wall"] for s in a["steps"][1:]]) / median([s["step_wall"] for s in b["steps"][1:]])
                          for a, b in zip(raw[f"{machine}/today"], raw[f"{machine}/course"])]
@@ -443,8 +447,9 @@ def main() -> int:
                                 "speedup_cpu_time": round(today["cpu_s"] / course["cpu_s"], 2),
                                 "speedup_per_round": [round(x, 2) for x in per_round]}
     print(json.dumps({
+        "command": "python bench/step_profile.py " + " ".join(sys.argv[1:]),
         "profile": args.profile, "task": args.task, "rounds": args.rounds, "steps_per_worker": args.steps,
-        "variants": {v: VARIANTS[v] for v in variants}, "machines": {m: MACHINES[m] for m in machines},
+        "variants": {v: VARIANTS[v] for _, v in runs}, "machines": {m: MACHINES[m] for m, _ in runs},
         "compare": compare, "results": summary,
         "machine": {"cpus": os.cpu_count(), "loadavg_start": [round(x, 2) for x in load_start],
                     "loadavg_end": [round(x, 2) for x in os.getloadavg()], "seconds": round(time.time() - started),

@@ -176,7 +176,7 @@ CPU_SMOKE = Profile(
 #: A laptop: the same model, a harder level, groups of 8, a 10-minute budget.
 CPU_DEMO = dataclasses.replace(
     CPU_SMOKE, name="cpu-demo", task_level="add2", train_rows=1000, eval_rows=200, max_completion_length=32,
-    num_generations=8, per_device_train_batch_size=16, max_steps=60, learning_rate=3e-4, warmup_examples=16,
+    num_generations=8, per_device_train_batch_size=16, max_steps=75, learning_rate=3e-4, warmup_examples=16,
     time_budget_minutes=10, fallback_minutes=3, save_steps=10, eval_prompts=100,
     minutes={"00_setup": 0.7, "01_dataset_prep": 0.1, "02_reward_lab": 0.3, "03_grpo_training": 10.6,
              "04_merge_and_inference": 2.1, "05_your_own_task": 12.5},

@@ -48,12 +48,18 @@ def pct(x: float) -> str:
     return f"{100 * x:.1f}%".replace(".0%", "%")
 
 
+def rate(side: dict, name: str) -> float:
+    """A rate from a benchmark's side, under its name or the ``<name>_rate`` of the JSON the bench printed before."""
+    return side[name] if name in side else side[f"{name}_rate"]
+
+
 def render() -> str:
     course, learning, overhead = load("course"), load("learning"), load("overhead")
     rewards, data, evals = load("rewards"), load("data_prep"), load("eval_throughput")
     smoke, demo, test = course["course-smoke"], course["course-demo"], course.get("test")
     warm, after, before = learning["after_warmup"], learning["after"], learning["before"]
-    k = max(int(x) for x in learning["pass_at_k"]["after"])
+    passk = learning.get("pass_at_k")
+    k = max(int(x) for x in passk["after"]) if passk else 0
     fast = sorted(v["completions_per_s"] for k, v in rewards["throughput"].items() if k != "trl_accuracy_reward")
     lines = [
         START,
@@ -73,24 +79,24 @@ def render() -> str:
         "",
         f"What the `cpu-demo` recipe learns ({after['n_prompts']} held-out two-number sums, greedy): the base "
         f"model answers {pct(before['accuracy'])} in the format; after the format-only warm-up "
-        f"({learning['recipe']['warmup_examples']} single-digit sums) it has the format ({pct(warm['format'])}) "
+        f"({learning['recipe']['warmup_examples']} single-digit sums) it has the format ({pct(rate(warm, 'format'))}) "
         f"and {pct(warm['accuracy'])} accuracy; GRPO then takes it to {pct(after['accuracy'])} "
         f"(`bench/learning.py`, {learning['steps']} GRPO steps, {learning['train_seconds']:.0f} s of training, "
-        f"{learning['seconds_per_step']:.1f} s a step): GRPO's own gain is {100 * learning['grpo_gain']:+.1f} points. "
-        f"pass@1 → pass@{k} ({learning['pass_at_k_setup']['n']} samples at temperature 1 for each of "
-        f"{learning['pass_at_k_setup']['prompts']} of those sums): "
-        + ", ".join(f"{side.replace('_', ' ')} {pct(c['1'])} → {pct(c[str(k)])}"
-                    for side, c in learning["pass_at_k"].items()) + ".",
+        f"{learning['seconds_per_step']:.1f} s a step): GRPO's own gain is {100 * learning['grpo_gain']:+.1f} points."
+        + (f" pass@1 → pass@{k} ({learning['pass_at_k_setup']['n']} samples at temperature 1 for each of "
+           f"{learning['pass_at_k_setup']['prompts']} of those sums): "
+           + ", ".join(f"{side.replace('_', ' ')} {pct(c['1'])} → {pct(c[str(k)])}" for side, c in passk.items())
+           + "." if passk else ""),
     ]
     if (MEASURED / "learning_json.json").is_file():
         js = load("learning_json")
         w, a, b = js["after_warmup"], js["after"], js["before"]
         lines += ["", f"Notebook 05's JSON task on `cpu-demo` ({a['n_prompts']} held-out orders, greedy; "
                       f"`bench/learning.py --task json`, {js['steps']} GRPO steps in {js['train_seconds']:.0f} s of "
-                      f"training): schema-valid {pct(b['schema_valid'])} (base) → {pct(w['schema_valid'])} (warm-up) → "
-                      f"{pct(a['schema_valid'])} (GRPO); exact match {pct(b['exact_match'])} → "
-                      f"{pct(w['exact_match'])} → {pct(a['exact_match'])}: GRPO's own gain is "
-                      f"{100 * js['grpo_gain']:+.1f} points."]
+                      f"training): schema-valid {pct(rate(b, 'schema_valid'))} (base) → {pct(rate(w, 'schema_valid'))} "
+                      f"(warm-up) → {pct(rate(a, 'schema_valid'))} (GRPO); exact match {pct(rate(b, 'exact_match'))} → "
+                      f"{pct(rate(w, 'exact_match'))} → {pct(rate(a, 'exact_match'))}: GRPO's own gain is "
+                      f"{100 * js.get('grpo_gain', js.get('grpo_gain_exact_match', 0)):+.1f} points."]
     if demo.get("eval"):
         sides = ", ".join(f"{side} {pct(s['accuracy'])}" for side, s in demo["eval"].items())
         lines += ["", f"In the `cpu-demo` course run above, notebook 04 measured accuracy {sides} "
