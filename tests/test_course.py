@@ -6,7 +6,8 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from helpers.config import REPO_URL, project_root
+from helpers.profiles import REPO_URL
+from helpers.runs import project_root
 from tools.course import NotebookFailed, course_notebooks, link_problems, rewrite_links, run_course
 
 
@@ -26,7 +27,7 @@ def test_links_open_the_release_of_this_version():
     import tomllib
 
     import helpers
-    from helpers.config import REPO_REF
+    from helpers.profiles import REPO_REF
     from tools.course import colab_prefix, install_spec
 
     version = tomllib.loads((project_root() / "pyproject.toml").read_text())["project"]["version"]
@@ -44,10 +45,10 @@ def test_link_checker_catches_and_fixes_a_stale_url():
     assert not link_problems(fixed) and REPO_URL in fixed
 
 
-def test_course_notebooks_are_the_seven_in_order():
+def test_course_notebooks_are_the_six_in_order():
     names = [p.stem for p in course_notebooks()]
     assert names == ["00_setup", "01_dataset_prep", "02_reward_lab", "03_grpo_training",
-                     "04_merge_and_inference", "05_your_own_task", "06_inside_grpo"]
+                     "04_merge_and_inference", "05_your_own_task"]
 
 
 def test_runner_executes_in_order_and_writes_a_run_folder(tmp_path, capsys):

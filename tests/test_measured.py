@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from helpers.config import PROFILES, project_root
+from helpers.profiles import PROFILES
+from helpers.runs import project_root
 from tools.measured import END, START, load, render
 
 README = project_root() / "README.md"

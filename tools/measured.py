@@ -37,7 +37,7 @@ PLAN: list[tuple[str, int, str]] = [
     ("wrap-up", 10, "questions, next steps (the recipe as `trl grpo` config), homework: 03 and 04's exercises"),
 ]
 #: Notebooks for after the workshop (too long for its slots): the guide lists them with their times.
-AFTER = ["05_your_own_task", "06_inside_grpo"]
+AFTER = ["05_your_own_task"]
 
 
 def load(name: str) -> dict:
