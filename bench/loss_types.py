@@ -11,10 +11,11 @@ length, learning rate and number of optimizer steps; only the ``GRPOConfig`` fie
 A generation batch (the profile's, 2 prompts x 8 completions on cpu-demo) is cut into
 ``--steps-per-generation`` optimizer steps, so from the second step of each batch on the trainer is
 off-policy: the ratio leaves 1, the clip can act, and GSPO differs from grpo (on-policy, with the ratio at
-exactly 1, their gradients are the same: notebook 06, section 1).
+exactly 1, their gradients are the same: notebook 06, exercise 3).
 
 Recorded per optimizer step (TRL's logs): the total reward, each reward's mean, completion length,
-truncation, the clip share; on the held-out rows (greedy, the task's metrics) at step 0, half-way and at the
+truncation (these on the steps that generate: every ``--steps-per-generation``-th), the clip share; on the
+held-out rows (greedy, the task's metrics) at step 0, half-way and at the
 end: the headline metric (accuracy), the format metric and the mean completion length. Prints ONE JSON
 object; progress goes to stderr; ``--json PATH`` also writes it (after every run, so a cut-off bench keeps
 what finished). Not a test: it never gates CI.

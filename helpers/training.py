@@ -81,8 +81,8 @@ def torch_dtype(profile: Profile, capability: tuple[int, int] | None) -> str:
 def check_config(config: Any, profile: Profile, capability: tuple[int, int] | None = None,
                  vllm_installed: bool | None = None) -> None:
     """Raise :class:`TrainingConfigError` for a ``GRPOConfig`` TRL accepts but that fails or teaches nothing:
-    bf16 below compute capability 8.0 or on a CPU without native bf16, fp16 on a CPU, Gemma 3 in fp16, a completion length too short for the task, vLLM
-    where it cannot run."""
+    bf16 below compute capability 8.0 or on a CPU without native bf16, fp16 on a CPU, Gemma 3 in fp16, a completion
+    length too short for the task, vLLM where it cannot run."""
     on_gpu = profile.backend == "unsloth"
     capability = gpu_capability() if on_gpu and capability is None else capability
     bf16, fp16 = bool(getattr(config, "bf16", False)), bool(getattr(config, "fp16", False))
@@ -91,9 +91,9 @@ def check_config(config: Any, profile: Profile, capability: tuple[int, int] | No
     if fp16 and (not on_gpu or capability is None):
         errors.append(f"fp16=True on a CPU: there is no fp16 autocast on a CPU, the run would be float32 anyway. Set "
                       f"fp16=False ({fix}).")
-    elif bf16 and (on_gpu and capability is None or not on_gpu and not cpu_bf16()):
-        errors.append(f"bf16=True on a CPU without native bf16 (AVX512-BF16 or AMX; helpers.machine.cpu_bf16() is "
-                      f"False): emulated bf16 is slower than float32. Set bf16=False ({fix}).")
+    elif bf16 and (capability is None if on_gpu else not cpu_bf16()):
+        errors.append(f"bf16=True on a CPU without native bf16 (AVX512-BF16 or AMX: helpers.machine.cpu_bf16() is "
+                      f"False): emulated bf16 is many times slower than float32. Set bf16=False ({fix}).")
     elif bf16 and on_gpu and not native_bf16(capability):
         errors.append(f"bf16=True on a GPU of compute capability {capability[0]}.{capability[1]} (a T4 is 7.5): bf16 "
                       f"needs 8.0 or newer (A100, L4, H100), even if torch.cuda.is_bf16_supported() says True. Use "

@@ -488,3 +488,21 @@ def test_ensure_adapter_trains_the_json_task_by_its_profile_alone(tmp_path, caps
     assert card["source"] == {"task": "json", "level": "orders"} and "schema" in card["columns"]
     steps = load_completions(tmp_path / "grpo")
     assert "prefilled_exact_match_reward" in steps.columns and len(steps) == profile.per_device_train_batch_size
+
+
+@pytest.mark.slow
+def test_a_bf16_cpu_trains_with_autocast_and_float32_weights(tmp_path, monkeypatch):
+    """bf16=True on a CPU is accelerate's autocast around the forward; the LoRA and base weights stay float32.
+    (On a CPU without native bf16 the same autocast runs emulated: slower, the same dtypes.)"""
+    import math
+
+    import torch
+
+    from helpers.training import train_grpo
+
+    monkeypatch.setattr(training, "cpu_bf16", lambda: True)  # what precision() picks on an AMX/AVX512-BF16 CPU
+    out = train_grpo(get_profile("cpu-smoke", max_steps=1, time_budget_minutes=None), tmp_path)
+    trainer = out["trainer"]
+    assert trainer.args.bf16 and trainer.accelerator.native_amp and not trainer.args.gradient_checkpointing
+    assert {p.dtype for p in out["model"].parameters()} == {torch.float32}
+    assert math.isfinite(next(h["loss"] for h in trainer.state.log_history if "loss" in h))
