@@ -171,7 +171,7 @@ CPU_SMOKE = Profile(
     time_budget_minutes=2, fallback_minutes=1, save_steps=1, eval_prompts=16, max_seq_length=512,
     gpu_memory_utilization=0.6, seed=3407,
     minutes={"00_setup": 0.4, "01_dataset_prep": 0.1, "02_reward_lab": 0.2, "03_grpo_training": 0.6,
-             "04_merge_and_inference": 0.6, "05_your_own_task": 0.8},
+             "04_merge_and_inference": 0.6, "05_your_own_task": 0.8, "06_inside_grpo": 3.0},
 )
 #: A laptop: the same model, a harder level, groups of 8, a 10-minute budget.
 CPU_DEMO = dataclasses.replace(
@@ -179,7 +179,7 @@ CPU_DEMO = dataclasses.replace(
     num_generations=8, per_device_train_batch_size=16, max_steps=75, learning_rate=3e-4, warmup_examples=16,
     time_budget_minutes=10, fallback_minutes=3, save_steps=10, eval_prompts=100,
     minutes={"00_setup": 0.7, "01_dataset_prep": 0.1, "02_reward_lab": 0.3, "03_grpo_training": 10.6,
-             "04_merge_and_inference": 2.1, "05_your_own_task": 12.5},
+             "04_merge_and_inference": 2.1, "05_your_own_task": 12.5, "06_inside_grpo": 11.0},
 )
 #: A free T4: Qwen2.5-1.5B in 4-bit with Unsloth, GSM8K, no warm-up, 8-bit AdamW, DAPO's truncation mask.
 COLAB_T4 = dataclasses.replace(
@@ -188,18 +188,20 @@ COLAB_T4 = dataclasses.replace(
     learning_rate=5e-6, lora_alpha=16, mask_truncated_completions=True, optim="adamw_8bit", weight_decay=0.1,
     max_grad_norm=0.1, gradient_checkpointing=True, warmup_examples=0, time_budget_minutes=45, fallback_minutes=10,
     save_steps=25, eval_prompts=200, max_seq_length=1024,
-    # estimated, not measured: the install, a model download, the 45-minute training budget
+    # estimated, not measured: the install, a model download, the 45-minute training budget; 06 runs cpu-demo on the CPU
     minutes={"00_setup": 5.0, "01_dataset_prep": 1.0, "02_reward_lab": 3.0, "03_grpo_training": 50.0,
-             "04_merge_and_inference": 15.0, "05_your_own_task": 55.0},
+             "04_merge_and_inference": 15.0, "05_your_own_task": 55.0,
+             "06_inside_grpo": 15.0},
 )
 #: An A100/H100/L4: Qwen3-4B, vLLM colocated, longer completions, bigger groups.
 GPU_LARGE = dataclasses.replace(
     COLAB_T4, name="gpu-large", model="qwen3-4b", use_vllm=True, eval_rows=500, max_completion_length=512,
     num_generations=8, per_device_train_batch_size=8, max_steps=500, lora_rank=32, lora_alpha=32,
     time_budget_minutes=60, save_steps=50, eval_prompts=500, max_seq_length=2048, gpu_memory_utilization=0.5,
-    # estimated, not measured: the install, a model download, the 60-minute training budget
+    # estimated, not measured: the install, a model download, the 60-minute training budget; 06 runs cpu-demo on the CPU
     minutes={"00_setup": 5.0, "01_dataset_prep": 1.0, "02_reward_lab": 3.0, "03_grpo_training": 65.0,
-             "04_merge_and_inference": 10.0, "05_your_own_task": 70.0},
+             "04_merge_and_inference": 10.0, "05_your_own_task": 70.0,
+             "06_inside_grpo": 15.0},
 )
 PROFILES: dict[str, Profile] = {p.name: p for p in (CPU_SMOKE, CPU_DEMO, COLAB_T4, GPU_LARGE)}
 

@@ -122,10 +122,17 @@ def test_opens_with_badge_install_cell_and_profile_importing_unsloth_first(path)
     assert INSTALL_LINE in install.source and "{KEEP}" in install.source
     assert 'if "google.colab" in sys.modules or "KAGGLE_KERNEL_RUN_TYPE" in os.environ' in install.source
     assert "PROFILE = get_profile()" in profile.source and "RUN = run_dir(" in profile.source
-    # Unsloth patches TRL at import: on a GPU profile it is imported before anything else touches TRL
+    # Unsloth patches TRL at import: on a GPU profile it is imported before anything else touches TRL,
+    # or (notebook 06, which checks TRL's own loss) a GPU profile is swapped for cpu-demo and Unsloth never imported
     lines = profile.source.splitlines()
-    guard = lines.index('if PROFILE.backend == "unsloth":')
-    assert lines[guard + 1].strip().startswith("import unsloth")
+    if 'if PROFILE.backend != "transformers":' in lines:
+        guard = lines.index('if PROFILE.backend != "transformers":')
+        body = [line for line in lines[guard + 1:] if line.startswith("    ")]
+        assert 'PROFILE = get_profile("cpu-demo"' in "\n".join(body) and "unsloth" not in \
+            "\n".join(line for line in lines if not line.lstrip().startswith("#")).replace("Unsloth", "").lower()
+    else:
+        guard = lines.index('if PROFILE.backend == "unsloth":')
+        assert lines[guard + 1].strip().startswith("import unsloth")
     assert not any("trl" in line or "helpers.training" in line for line in lines[:guard])
 
 

@@ -37,7 +37,7 @@ PLAN: list[tuple[str, int, str]] = [
     ("wrap-up", 10, "questions, next steps (the recipe as `trl grpo` config), homework: 03 and 04's exercises"),
 ]
 #: Notebooks for after the workshop (too long for its slots): the guide lists them with their times.
-AFTER = ["05_your_own_task"]
+AFTER = ["05_your_own_task", "06_inside_grpo"]
 
 
 def load(name: str) -> dict:
@@ -97,6 +97,20 @@ def render() -> str:
                       f"(warm-up) → {pct(rate(a, 'schema_valid'))} (GRPO); exact match {pct(rate(b, 'exact_match'))} → "
                       f"{pct(rate(w, 'exact_match'))} → {pct(rate(a, 'exact_match'))}: GRPO's own gain is "
                       f"{100 * js.get('grpo_gain', js.get('grpo_gain_exact_match', 0)):+.1f} points."]
+    if (MEASURED / "loss_types.json").is_file():
+        lt = load("loss_types")
+        finals = {}
+        for r in lt["runs"]:
+            finals.setdefault(r["variant"], []).append(f"{pct(r['eval'][-1][lt['headline']])}")
+        start = [pct(next(r["eval"][0][lt["headline"]] for r in lt["runs"] if r["seed"] == seed))
+                 for seed in lt["seeds_complete"]]
+        lines += ["", f"`loss_type` at equal budget (`bench/loss_types.py`, notebook 06; seeds "
+                      f"{', '.join(map(str, lt['seeds_complete']))}, {lt['steps']} optimizer steps each from the same "
+                      f"warm-up adapter, {lt['recipe']['eval']['rows']} held-out sums, greedy): held-out accuracy "
+                      f"from {' / '.join(start)} to "
+                      + "; ".join(f"{v} {' / '.join(f)}" for v, f in finals.items())
+                      + " (one number per seed). The spread between seeds is as large as between variants: these "
+                        "runs cannot rank the loss types."]
     if demo.get("eval"):
         sides = ", ".join(f"{side} {pct(s['accuracy'])}" for side, s in demo["eval"].items())
         lines += ["", f"In the `cpu-demo` course run above, notebook 04 measured accuracy {sides} "
