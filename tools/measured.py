@@ -38,6 +38,7 @@ PLAN: list[tuple[str, int, str]] = [
 ]
 #: Notebooks for after the workshop (too long for its slots): the guide lists them with their times.
 AFTER = ["05_your_own_task", "06_inside_grpo"]
+SIDE = {"before": "base", "after_warmup": "after warm-up", "after": "after GRPO"}
 
 
 def load(name: str) -> dict:
@@ -51,6 +52,15 @@ def pct(x: float) -> str:
 def rate(side: dict, name: str) -> float:
     """A rate from a benchmark's side, under its name or the ``<name>_rate`` of the JSON the bench printed before."""
     return side[name] if name in side else side[f"{name}_rate"]
+
+
+def seed_spread() -> int:
+    """The largest gap, in points, between two seeds of one `loss_type` in bench/loss_types.py's final accuracy."""
+    lt = load("loss_types")
+    finals: dict = {}
+    for r in lt["runs"]:
+        finals.setdefault(r["variant"], []).append(r["eval"][-1][lt["headline"]])
+    return round(100 * max(max(v) - min(v) for v in finals.values()))
 
 
 def render() -> str:
@@ -85,9 +95,24 @@ def render() -> str:
         f"{learning['seconds_per_step']:.1f} s a step): GRPO's own gain is {100 * learning['grpo_gain']:+.1f} points."
         + (f" pass@1 → pass@{k} ({learning['pass_at_k_setup']['n']} samples at temperature 1 for each of "
            f"{learning['pass_at_k_setup']['prompts']} of those sums): "
-           + ", ".join(f"{side.replace('_', ' ')} {pct(c['1'])} → {pct(c[str(k)])}" for side, c in passk.items())
+           + ", ".join(f"{SIDE.get(side, side)} {pct(c['1'])} → {pct(c[str(k)])}" for side, c in passk.items())
            + "." if passk else ""),
     ]
+    if (MEASURED / "learning_fp32.json").is_file():
+        fp = load("learning_fp32")
+        mine = "bf16 autocast" if learning.get("precision", {}).get("bf16") else "float32"
+        lines += ["", f"Precision on the same recipe (`bench/learning.py --precision fp32`, the same "
+                      f"{fp['steps']} GRPO steps, seed {fp['recipe']['seed']}, one run each): with "
+                      f"{mine} (what this CPU "
+                      f"picks) GRPO reached {pct(after['accuracy'])} at {learning['seconds_per_step']:.1f} s a step; "
+                      f"in float32 {pct(fp['after']['accuracy'])} at {fp['seconds_per_step']:.1f} s a step, "
+                      f"format {pct(rate(fp['after'], 'format'))}. The 16-example warm-up differed more: "
+                      f"{pct(warm['accuracy'])} accuracy and {pct(rate(warm, 'format'))} format with {mine}, "
+                      f"{pct(fp['after_warmup']['accuracy'])} and {pct(rate(fp['after_warmup'], 'format'))} in "
+                      "float32, so GRPO's own gains differ partly because their starts do. "
+                      "One seed each: `bench/loss_types.py` shows the "
+                      f"two seeds of one recipe differing by up to {seed_spread()} points, so a gap below that is "
+                      "noise."]
     if (MEASURED / "learning_json.json").is_file():
         js = load("learning_json")
         w, a, b = js["after_warmup"], js["after"], js["before"]
