@@ -127,9 +127,9 @@ def test_opens_with_badge_install_cell_and_profile_importing_unsloth_first(path)
     lines = profile.source.splitlines()
     if 'if PROFILE.backend != "transformers":' in lines:
         guard = lines.index('if PROFILE.backend != "transformers":')
-        body = [line for line in lines[guard + 1:] if line.startswith("    ")]
-        assert 'PROFILE = get_profile("cpu-demo"' in "\n".join(body) and "unsloth" not in \
-            "\n".join(line for line in lines if not line.lstrip().startswith("#")).replace("Unsloth", "").lower()
+        body = "\n".join(line for line in lines[guard + 1:] if line.startswith("    "))
+        code = "\n".join(line for line in lines if not line.lstrip().startswith("#"))
+        assert 'PROFILE = get_profile("cpu-demo"' in body and "unsloth" not in code.replace("Unsloth", "").lower()
     else:
         guard = lines.index('if PROFILE.backend == "unsloth":')
         assert lines[guard + 1].strip().startswith("import unsloth")

@@ -54,13 +54,12 @@ def rate(side: dict, name: str) -> float:
     return side[name] if name in side else side[f"{name}_rate"]
 
 
-def seed_spread() -> int:
-    """The largest gap, in points, between two seeds of one `loss_type` in bench/loss_types.py's final accuracy."""
-    lt = load("loss_types")
-    finals: dict = {}
+def loss_type_finals(lt: dict) -> dict[str, list[float]]:
+    """bench/loss_types.py's final held-out headline metric, per variant, one value per seed."""
+    finals: dict[str, list[float]] = {}
     for r in lt["runs"]:
         finals.setdefault(r["variant"], []).append(r["eval"][-1][lt["headline"]])
-    return round(100 * max(max(v) - min(v) for v in finals.values()))
+    return finals
 
 
 def render() -> str:
@@ -100,19 +99,18 @@ def render() -> str:
     ]
     if (MEASURED / "learning_fp32.json").is_file():
         fp = load("learning_fp32")
+        spread = round(100 * max(max(v) - min(v) for v in loss_type_finals(load("loss_types")).values()))
         mine = "bf16 autocast" if learning.get("precision", {}).get("bf16") else "float32"
         lines += ["", f"Precision on the same recipe (`bench/learning.py --precision fp32`, the same "
                       f"{fp['steps']} GRPO steps, seed {fp['recipe']['seed']}, one run each): with "
-                      f"{mine} (what this CPU "
-                      f"picks) GRPO reached {pct(after['accuracy'])} at {learning['seconds_per_step']:.1f} s a step; "
+                      f"{mine} (what this CPU picks) GRPO reached {pct(after['accuracy'])} at {learning['seconds_per_step']:.1f} s a step; "
                       f"in float32 {pct(fp['after']['accuracy'])} at {fp['seconds_per_step']:.1f} s a step, "
                       f"format {pct(rate(fp['after'], 'format'))}. The 16-example warm-up differed more: "
                       f"{pct(warm['accuracy'])} accuracy and {pct(rate(warm, 'format'))} format with {mine}, "
                       f"{pct(fp['after_warmup']['accuracy'])} and {pct(rate(fp['after_warmup'], 'format'))} in "
                       "float32, so GRPO's own gains differ partly because their starts do. "
-                      "One seed each: `bench/loss_types.py` shows the "
-                      f"two seeds of one recipe differing by up to {seed_spread()} points, so a gap below that is "
-                      "noise."]
+                      "One seed each: `bench/loss_types.py` shows the two seeds of one recipe differing by up to "
+                      f"{spread} points, so a gap below that is noise."]
     if (MEASURED / "learning_json.json").is_file():
         js = load("learning_json")
         w, a, b = js["after_warmup"], js["after"], js["before"]
@@ -124,16 +122,13 @@ def render() -> str:
                       f"{100 * js.get('grpo_gain', js.get('grpo_gain_exact_match', 0)):+.1f} points."]
     if (MEASURED / "loss_types.json").is_file():
         lt = load("loss_types")
-        finals = {}
-        for r in lt["runs"]:
-            finals.setdefault(r["variant"], []).append(f"{pct(r['eval'][-1][lt['headline']])}")
         start = [pct(next(r["eval"][0][lt["headline"]] for r in lt["runs"] if r["seed"] == seed))
                  for seed in lt["seeds_complete"]]
         lines += ["", f"`loss_type` at equal budget (`bench/loss_types.py`, notebook 06; seeds "
                       f"{', '.join(map(str, lt['seeds_complete']))}, {lt['steps']} optimizer steps each from the same "
                       f"warm-up adapter, {lt['recipe']['eval']['rows']} held-out sums, greedy): held-out accuracy "
                       f"from {' / '.join(start)} to "
-                      + "; ".join(f"{v} {' / '.join(f)}" for v, f in finals.items())
+                      + "; ".join(f"{v} {' / '.join(map(pct, f))}" for v, f in loss_type_finals(lt).items())
                       + " (one number per seed). The spread between seeds is as large as between variants: these "
                         "runs cannot rank the loss types."]
     if demo.get("eval"):
