@@ -1,6 +1,4 @@
-"""Trainer callbacks for a GRPO run (the live dashboard, the time budget, the run log); they read only what TRL
-logs (``state.log_history``), so they work on TRL's trainer and on the one Unsloth patches.
-"""
+"""GRPO callbacks (dashboard, time budget, run log) reading only ``state.log_history``: Unsloth's trainer works too."""
 
 from __future__ import annotations
 
@@ -33,8 +31,7 @@ def _in_notebook() -> bool:
         from IPython import get_ipython
     except ImportError:
         return False
-    shell = get_ipython()
-    return shell is not None and hasattr(shell, "kernel")
+    return hasattr(get_ipython(), "kernel")  # None outside IPython
 
 
 class DashboardCallback(TrainerCallback):
@@ -74,10 +71,11 @@ class DashboardCallback(TrainerCallback):
 
     def save(self, state: Any) -> Path | None:
         """Write the PNG now (None when nothing was logged yet)."""
-        if not step_logs(state.log_history):
+        logs = step_logs(state.log_history)
+        if not logs:
             return None
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        dashboard_figure(step_logs(state.log_history)).savefig(self.path, dpi=90)
+        dashboard_figure(logs).savefig(self.path, dpi=90)
         return self.path
 
     def on_save(self, args, state, control, **kwargs):  # noqa: D102

@@ -1,6 +1,4 @@
-"""From a task's rows to a GRPO dataset (notebook 01's save point): validation, prompts, token budgets, a
-leak-free ``train``/``eval`` split with TRL's ``prompt`` column, saved with a card that counts every row removed.
-"""
+"""From a task's rows to a GRPO dataset (notebook 01's save point): a leak-free split with TRL's ``prompt`` column."""
 
 from __future__ import annotations
 
@@ -63,8 +61,7 @@ def normalize_question(text: Any) -> str:
 
 
 def validate(rows: Any, task: Task, strict: bool = True, check_duplicates: bool = True) -> list[Problem]:
-    """Every problem in a task's rows: missing columns, empty questions, answers the task refuses
-    (:meth:`~helpers.tasks.Task.clean_answer`), repeated questions. Raises when ``strict``.
+    """Every problem in a task's rows (missing columns, empty, refused or repeated questions); raises when ``strict``.
 
     Example:
         >>> from helpers.tasks import get_task
@@ -120,8 +117,7 @@ def length_stats(lengths: Sequence[int]) -> dict[str, float]:
 
 def split_train_eval(rows: Any, eval_rows: int, seed: int, train_rows: int | None = None,
                      eval_source: Any = None) -> tuple[Any, dict[str, int]]:
-    """A seeded ``DatasetDict`` of ``train`` and ``eval`` with no question in both: eval is the first ``eval_rows``
-    shuffled rows, or drawn from ``eval_source`` (a real test split; train rows repeating it are removed).
+    """A seeded ``train``/``eval`` ``DatasetDict`` sharing no question; eval drawn from ``eval_source`` when given.
 
     Example:
         >>> splits, info = split_train_eval([{"question": f"q{i}", "answer": str(i)} for i in range(10)], 3, 0)
@@ -152,18 +148,14 @@ def split_train_eval(rows: Any, eval_rows: int, seed: int, train_rows: int | Non
     train = candidates if train_rows is None else candidates[:train_rows]
     info = {"train": len(train), "eval": len(held), "leaked_removed": len(shuffled) - len(candidates) if source else 0}
     columns = list(pool[0]) if pool else ["question", "answer"]
-
-    def table(part: list[dict[str, Any]]) -> Any:
-        return Dataset.from_list(part) if part else Dataset.from_dict({c: [] for c in columns})
-
-    return DatasetDict({"train": table(train), "eval": table(held)}), info
+    return DatasetDict({name: Dataset.from_list(part) if part else Dataset.from_dict({c: [] for c in columns})
+                        for name, part in (("train", train), ("eval", held))}), info
 
 
 def prepare_dataset(rows: Any, tokenizer: Any, task: Task, train_rows: int | None, eval_rows: int,
                     max_prompt_tokens: int, seed: int, eval_source: Any = None, strict: bool = True,
                     source: dict[str, Any] | None = None, chat_template_kwargs: dict | None = None) -> tuple[Any, dict]:
-    """Validate, clean answers, dedupe, build prompts, filter to the token budget, split: ``(splits, card)``.
-    ``strict=False`` drops invalid rows (counted) instead of raising."""
+    """Validate, clean, dedupe, prompt, budget and split: ``(splits, card)``; ``strict=False`` drops invalid rows."""
     t0, role = time.perf_counter(), supports_system_role(tokenizer)
     counts: dict[str, Any] = {}
     pools: dict[str, list[dict[str, Any]]] = {}
@@ -218,8 +210,7 @@ def load_prepared(path: str | Path) -> Any:
                         "or run notebook 01_dataset_prep.")
     splits = load_from_disk(str(path))
     for name in ("train", "eval"):
-        missing = [c for c in ("prompt", "answer", "question")
-                   if name in splits and c not in splits[name].column_names]
+        missing = [c for c in ("prompt", "answer", "question") if name in splits and c not in splits[name].column_names]
         if name not in splits or missing:
             raise DataError(f"{path} lacks the {name!r} split or its columns {missing or ['prompt', 'answer']}. "
                             "Delete the folder and rebuild it with ensure_prepared(PROFILE, RUN).")

@@ -1,7 +1,4 @@
-"""Held-out evaluation of any task: every side (base, warm-up, GRPO) sampled from ONE loaded model with the same
-prompts, settings and seeds, each completion scored by the task's :meth:`~helpers.tasks.Task.score` on
-``prefill + completion``.
-"""
+"""Held-out evaluation of any task: every side (base, warm-up, GRPO) sampled from one model with the same settings."""
 
 from __future__ import annotations
 
@@ -26,15 +23,9 @@ def eval_settings(profile: Any, temperature: float = 0.0, num_return_sequences: 
                             num_return_sequences=num_return_sequences, seed=profile.seed)
 
 
-def _mean_applied(values: list[float]) -> float | None:
-    applied = [x for x in values if not math.isnan(x)]  # NaN: the reward returned None ("does not apply")
-    return sum(applied) / len(applied) if applied else None
-
-
 def score(completions: Sequence[Sequence[str]], rows: Any, task: Task, prefill: str = "",
           rewards: Sequence[Callable] = (), tokenizer: Any = None) -> dict[str, Any]:
-    """Score completions (one list per row) with the task's metrics and the ``rewards`` as TRL calls them:
-    ``{"summary": {metric: mean, "mean_length", "n_prompts", "n_completions", "rewards"}, "rows": [...]}``.
+    """Score completions (one list per row) with the task's metrics and the ``rewards``: ``{"summary", "rows"}``.
 
     Example:
         >>> from helpers.tasks import get_task
@@ -61,8 +52,9 @@ def score(completions: Sequence[Sequence[str]], rows: Any, task: Task, prefill: 
     metrics = list(dict.fromkeys(m for r in out for m in r if m not in ("index", "completion", "answer", "rewards")))
     summary: dict[str, Any] = {m: sum(r.get(m, 0.0) for r in out) / max(1, len(out)) for m in metrics}
     summary["mean_length"] = summary.pop("length", 0.0)
+    applied = {n: [x for x in v if not math.isnan(x)] for n, v in scores.items()}  # NaN: the reward did not apply
     summary.update(n_prompts=len(rows), n_completions=len(out),
-                   rewards={n: _mean_applied(v) for n, v in scores.items()})
+                   rewards={n: sum(v) / len(v) if v else None for n, v in applied.items()})
     return {"summary": summary, "rows": out}
 
 
@@ -80,8 +72,7 @@ def evaluate_adapters(model: Any, tokenizer: Any, rows: Any, task: Task, setting
                       sides: dict[str, str | None], rewards: Sequence[Callable] = (),
                       chat_template_kwargs: dict | None = None, folders: dict[str, str | Path] | None = None,
                       progress: Callable[[str], None] | None = print) -> dict[str, Any]:
-    """:func:`evaluate` for every ``{side: adapter name}`` of one PEFT model (``None``: the base, inside
-    ``disable_adapter()``; on a vLLM engine a LoRA request for ``folders[name]``)."""
+    """Evaluate each ``{side: adapter name}`` of one PEFT model (``None``: the base; on vLLM ``folders[name]``)."""
     vllm = getattr(model, "vllm_engine", None) is not None
     if not vllm and not hasattr(model, "disable_adapter"):
         raise TypeError(f"evaluate_adapters needs a PEFT model (or an Unsloth vLLM model), got {type(model).__name__}: "
@@ -98,9 +89,9 @@ def evaluate_adapters(model: Any, tokenizer: Any, rows: Any, task: Task, setting
                                               chat_template_kwargs=chat_template_kwargs)
         results["seconds"][side] = round(time.perf_counter() - t0, 1)
         s = results["sides"][side]["summary"]
-        (progress or (lambda _m: None))(f"{side}: {task.headline} {s[task.headline]:.0%}, {task.format_metric} "
-                                        f"{s[task.format_metric]:.0%} ({s['n_prompts']} prompts, "
-                                        f"{results['seconds'][side]} s)")
+        if progress is not None:
+            progress(f"{side}: {task.headline} {s[task.headline]:.0%}, {task.format_metric} "
+                     f"{s[task.format_metric]:.0%} ({s['n_prompts']} prompts, {results['seconds'][side]} s)")
     if active is not None:
         model.set_adapter(active)  # leave the model as it came
     return results
@@ -135,9 +126,7 @@ def side_by_side(results: dict[str, Any], questions: Sequence[str], metric: str,
     import pandas as pd
     table = {"question": [clip(q, max_chars) for q in questions[:n]]}
     for side, result in results["sides"].items():
-        first: dict[int, dict] = {}
-        for row in result["rows"]:
-            first.setdefault(row["index"], row)
+        first = {row["index"]: row for row in reversed(result["rows"])}  # reversed: each prompt's first row wins
         table[side] = [("\u2713 " if first[i][metric] >= 1 else "\u2717 ") + clip(first[i]["completion"], max_chars)
                        for i in range(min(n, len(first)))]
     return pd.DataFrame(table)

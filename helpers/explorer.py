@@ -1,11 +1,9 @@
-"""What the model wrote during training, read from TRL's completion log: with ``log_completions=True`` TRL
-writes ``<output_dir>/completions/completions_<step>.parquet`` (step, prompt, completion, one column per
-reward, advantage, the ``log_extra`` columns), one file per step.
-"""
+"""What the model wrote during training, read from TRL's ``log_completions`` parquet files (one per step)."""
 
 from __future__ import annotations
 
 import html
+import json
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +11,7 @@ from .rewards import clip
 
 
 def load_completions(output_dir: str | Path, max_step: int | None = None) -> Any:
-    """Every logged completion of ``RUN/grpo`` as one DataFrame, plus ``reward``: the weighted total TRL ranked;
-    ``max_step`` drops later steps (left by a run resumed from an earlier checkpoint)."""
+    """Every logged completion of ``RUN/grpo`` as one DataFrame, plus ``reward``, the weighted total TRL ranked."""
     import pandas as pd
     folder = Path(output_dir)
     folder = folder if folder.name == "completions" else folder / "completions"
@@ -23,22 +20,18 @@ def load_completions(output_dir: str | Path, max_step: int | None = None) -> Any
         raise FileNotFoundError(f"No completion logs in {folder}. Train with GRPOConfig(log_completions=True) "
                                 "(notebook 03 does), or helpers.training.ensure_adapter(PROFILE, RUN).")
     df = pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
-    if max_step is not None:
+    if max_step is not None:  # later steps are left by a run resumed from an earlier checkpoint
         df = df[df["step"] <= max_step].reset_index(drop=True)
-    weights = _weights(folder.parent.parent / "train_config.json")
+    try:
+        config = json.loads((folder.parent.parent / "train_config.json").read_text())
+        weights = {r["name"]: float(r["weight"]) for r in config["rewards"]}
+    except (OSError, ValueError, KeyError, TypeError):
+        weights = {}
     names = [n for n in weights if n in df.columns] or [c for c in df.columns if c.endswith("_reward")]
     # TRL's nansum: a reward that returned None is skipped; a row where every reward did has no total
     df["reward"] = df[names].mul([weights.get(n, 1.0) for n in names]).sum(axis=1, min_count=1)
     df.attrs["rewards"] = names
     return df
-
-
-def _weights(path: Path) -> dict[str, float]:
-    import json
-    try:
-        return {r["name"]: float(r["weight"]) for r in json.loads(path.read_text())["rewards"]}
-    except (OSError, ValueError, KeyError, TypeError):
-        return {}
 
 
 def reward_columns(df: Any) -> list[str]:
@@ -70,8 +63,7 @@ def early_vs_late(df: Any, steps: int = 1, max_chars: int = 160) -> Any:
 
 
 def render_step(df: Any, step: int | None = None, max_completions: int = 8) -> str:
-    """Static HTML of one step (the latest when None): each prompt's completions, best first, with every
-    reward, the total and the advantage (what the explorer widget shows)."""
+    """Static HTML of one step (the latest when None): each prompt's completions, best first, with their scores."""
     if df.empty:
         return "<p>The completion log is empty: nothing to show yet.</p>"
     step = int(df["step"].max()) if step is None else int(step)

@@ -1,13 +1,4 @@
-"""Sampling completions from the same prompt tokens TRL trains on.
-
-:func:`generate` encodes prompts with :func:`helpers.prompts.encode` (TRL's own
-``apply_chat_template(..., add_generation_prompt=True)`` call), so what the evaluation, the reward lab and
-the chat sample from is what GRPO trained on, prefill included. Completions hold only the new text.
-
-Example:
-    >>> SamplingSettings(max_new_tokens=32).temperature
-    0.0
-"""
+"""Sampling completions from the same prompt tokens TRL trains on (:func:`helpers.prompts.encode`), prefill included."""
 
 from __future__ import annotations
 
@@ -32,17 +23,11 @@ class SamplingSettings:
 def generate(model: Any, tokenizer: Any, prompts: Sequence[Any], settings: SamplingSettings = SamplingSettings(),
              batch_size: int = 16, adapter: str | Path | None = None,
              chat_template_kwargs: dict | None = None) -> list[list[str]]:
-    """``settings.num_return_sequences`` completions for each prompt (special tokens removed).
-
-    An Unsloth model with a vLLM engine samples with ``model.fast_generate`` and the LoRA request of
-    ``adapter`` (the engine holds the *base* weights: without one it samples the base model); a
-    ``vllm.LLM`` with a ``LoRARequest``; anything else with transformers' ``generate`` in batches (a PEFT
-    model carries its active adapter; ``adapter`` is then ignored)."""
+    """``settings.num_return_sequences`` new-text completions per prompt; ``adapter``: vLLM's LoRA (else the base)."""
     ids = encode(tokenizer, prompts, **(chat_template_kwargs or {}))
     if getattr(model, "vllm_engine", None) is not None or type(model).__module__.startswith("vllm"):
         return _generate_vllm(model, ids, settings, adapter)
     import torch
-
     tok, n, sample = text_tokenizer(tokenizer), settings.num_return_sequences, settings.temperature > 0
     kwargs: dict[str, Any] = dict(max_new_tokens=settings.max_new_tokens, do_sample=sample, num_return_sequences=n,
                                   pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
@@ -58,7 +43,7 @@ def generate(model: Any, tokenizer: Any, prompts: Sequence[Any], settings: Sampl
             input_ids = torch.tensor([[tok.pad_token_id] * (width - len(x)) + x for x in batch])
             mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in batch])
             torch.manual_seed(settings.seed + start)
-            with torch.no_grad():
+            with torch.no_grad():  # Unsloth's patched generate is not always decorated
                 out = model.generate(input_ids=input_ids.to(model.device), attention_mask=mask.to(model.device),
                                      **kwargs)
             texts = tok.batch_decode(out[:, width:], skip_special_tokens=True)
@@ -72,7 +57,7 @@ def generate(model: Any, tokenizer: Any, prompts: Sequence[Any], settings: Sampl
 def _generate_vllm(model: Any, ids: list[list[int]], settings: SamplingSettings,
                    adapter: str | Path | None) -> list[list[str]]:
     from vllm import SamplingParams
-
+    from vllm.lora.request import LoRARequest
     params = SamplingParams(n=settings.num_return_sequences, temperature=float(settings.temperature),
                             top_p=float(settings.top_p) if settings.temperature > 0 else 1.0,
                             max_tokens=settings.max_new_tokens, seed=settings.seed)
@@ -81,11 +66,8 @@ def _generate_vllm(model: Any, ids: list[list[int]], settings: SamplingSettings,
         lora_request = model.load_lora(str(adapter)) if adapter is not None else None
         outputs = model.fast_generate(prompts, sampling_params=params, lora_request=lora_request, use_tqdm=False)
     else:  # a vllm.LLM built with enable_lora=True
-        lora_request = None
-        if adapter is not None:
-            from vllm.lora.request import LoRARequest
-
-            lora_request = LoRARequest(lora_name=Path(adapter).name, lora_int_id=1, lora_path=str(adapter))
+        lora_request = (None if adapter is None else
+                        LoRARequest(lora_name=Path(adapter).name, lora_int_id=1, lora_path=str(adapter)))
         outputs = model.generate(prompts, sampling_params=params, lora_request=lora_request, use_tqdm=False)
     return [[o.text for o in out.outputs] for out in outputs]
 
@@ -93,8 +75,7 @@ def _generate_vllm(model: Any, ids: list[list[int]], settings: SamplingSettings,
 def transcript(model: Any, tokenizer: Any, questions: Sequence[str], settings: SamplingSettings,
                system_prompt: str | None = None, adapter: str | Path | None = None,
                chat_template_kwargs: dict | None = None) -> list[dict[str, str]]:
-    """Ask each question in a fresh conversation (what the model was trained on); the messages, each answer
-    starting with the template's prefill, as the model "wrote" it."""
+    """Each question asked in a fresh conversation: the messages, each answer starting with the template's prefill."""
     role = supports_system_role(tokenizer)
     answers = generate(model, tokenizer, [build_prompt(q, system_prompt, role) for q in questions], settings,
                        adapter=adapter, chat_template_kwargs=chat_template_kwargs)

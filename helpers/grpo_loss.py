@@ -1,11 +1,4 @@
-"""GRPO's loss in plain torch: the save point of notebook 06 (*Inside GRPO*), checked against TRL's own.
-
-Read top to bottom this is ``GRPOTrainer._compute_loss`` of TRL 1.13 (trl/trainer/grpo_trainer.py:3113-3384)
-for a text model without vLLM, Liger, an entropy mask or an entropy bonus: per-token log-probs, the
-importance ratio (per token, or per sequence: GSPO), PPO's clipped surrogate or the term that replaces it
-(CISPO, SAPO, VESPO), the k3 KL penalty, and the reduction each ``loss_type`` makes. :class:`CaptureLoss`
-keeps the batches a real ``GRPOTrainer`` trains on; ``tests/test_grpo_loss.py`` checks :func:`grpo_loss`
-against ``GRPOTrainer.compute_loss`` on one, for every loss type.
+"""Notebook 06's save point: TRL 1.13's GRPO loss in plain torch (trl/trainer/grpo_trainer.py:3113-3384).
 
 Example:
     >>> import torch
@@ -30,13 +23,7 @@ CLIPPED = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")
 
 @dataclass(frozen=True)
 class LossSettings:
-    """The ``GRPOConfig`` values the loss reads, and ``grad_accum`` (the trainer's
-    ``current_gradient_accumulation_steps``).
-
-    Example:
-        >>> LossSettings(loss_type="dr_grpo", max_completion_length=32).importance_sampling_level
-        'token'
-    """
+    """The ``GRPOConfig`` values the loss reads, and the trainer's ``current_gradient_accumulation_steps``."""
 
     loss_type: str = "dapo"
     importance_sampling_level: str = "token"
@@ -65,22 +52,16 @@ class LossSettings:
 
     @classmethod
     def from_config(cls, config: Any, grad_accum: int | None = None) -> "LossSettings":
-        """The settings of a ``GRPOConfig``; ``epsilon_low`` is ``epsilon``, and ``epsilon_high`` falls back to
-        it when unset, as ``GRPOTrainer.__init__`` does (trl/trainer/grpo_trainer.py:937-938)."""
+        """A ``GRPOConfig``'s settings, epsilons as ``GRPOTrainer.__init__`` sets them (grpo_trainer.py:937-938)."""
         named = {f.name: getattr(config, f.name) for f in fields(cls) if hasattr(config, f.name)}
-        named.update(epsilon_low=config.epsilon, epsilon_high=config.epsilon if config.epsilon_high is None
-                     else config.epsilon_high,
+        named.update(epsilon_low=config.epsilon,
+                     epsilon_high=config.epsilon if config.epsilon_high is None else config.epsilon_high,
                      grad_accum=config.gradient_accumulation_steps if grad_accum is None else grad_accum)
         return cls(**named)
 
 
 def completion_logps(model: Any, batch: dict[str, torch.Tensor], temperature: float = 1.0) -> torch.Tensor:
-    """log pi(token | what precedes it) of each completion token, ``(B, C)``, at the sampling temperature.
-
-    Prompt and completion go through the model together; the logit at position t scores token t + 1, so
-    the C logits before the last one score the C completion tokens (only C + 1 positions are computed:
-    ``logits_to_keep``). The logits are divided by the temperature, as TRL does
-    (trl/trainer/grpo_trainer.py:1538-1545), and log-softmax is written as logit - logsumexp."""
+    """log pi of each completion token, ``(B, C)``, at sampling temperature (trl/trainer/grpo_trainer.py:1538-1545)."""
     width = batch["completion_ids"].size(1)
     logits = model(input_ids=torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1),
                    attention_mask=torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1),
@@ -91,9 +72,7 @@ def completion_logps(model: Any, batch: dict[str, torch.Tensor], temperature: fl
 
 def importance_ratio(logps: torch.Tensor, old_logps: torch.Tensor | None, mask: torch.Tensor,
                      level: str = "token") -> torch.Tensor:
-    """pi_theta / pi_old: ``(B, C)`` per token, or ``(B, 1)`` per sequence (GSPO: the exponential of the mean
-    token log-ratio). Without old log-probs the trainer is on-policy and TRL takes ``logps.detach()``: the
-    ratio is exactly 1 but still carries the gradient of ``logps`` (trl/trainer/grpo_trainer.py:3158-3188)."""
+    """pi_theta / pi_old, per token ``(B, C)`` or per sequence ``(B, 1)`` (trl/trainer/grpo_trainer.py:3158-3188)."""
     log_ratio = logps - (logps.detach() if old_logps is None else old_logps)
     if level == "sequence":
         return torch.exp((log_ratio * mask).sum(-1, keepdim=True) / mask.sum(-1, keepdim=True).clamp(min=1.0))
@@ -102,9 +81,7 @@ def importance_ratio(logps: torch.Tensor, old_logps: torch.Tensor | None, mask: 
 
 def clipped_surrogate(ratio: torch.Tensor, advantages: torch.Tensor, epsilon_low: float, epsilon_high: float,
                       delta: float | None = None) -> torch.Tensor:
-    """PPO's token loss ``-min(r A, clip(r, 1 - epsilon_low, 1 + epsilon_high) A)``. Where the clipped term is the
-    smaller, it is a constant: that token gives no gradient. ``delta`` also caps the unclipped ratio
-    (two-sided clipping, trl/trainer/grpo_trainer.py:3205-3213)."""
+    """PPO's token loss; ``delta`` also caps the unclipped ratio (trl/trainer/grpo_trainer.py:3205-3213)."""
     clipped = torch.clamp(ratio, 1 - epsilon_low, 1 + epsilon_high)
     if delta is not None:
         ratio = torch.clamp(ratio, max=delta)
@@ -112,8 +89,7 @@ def clipped_surrogate(ratio: torch.Tensor, advantages: torch.Tensor, epsilon_low
 
 
 def k3_kl(logps: torch.Tensor, ref_logps: torch.Tensor) -> torch.Tensor:
-    """Schulman's k3 estimate of KL(pi_theta || pi_ref) per token, ``exp(d) - d - 1`` with d = log pi_ref - log
-    pi_theta: never negative, 0 where the two agree (trl/trainer/grpo_trainer.py:3190-3195)."""
+    """Schulman's k3 estimate of KL(pi_theta || pi_ref) per token (trl/trainer/grpo_trainer.py:3190-3195)."""
     d = ref_logps - logps
     return torch.exp(d) - d - 1
 
@@ -138,9 +114,7 @@ def policy_term(ratio: torch.Tensor, advantages: torch.Tensor, logps: torch.Tens
 
 def aggregate(per_token: torch.Tensor, mask: torch.Tensor, s: LossSettings,
               num_items_in_batch: torch.Tensor | float | None = None) -> torch.Tensor:
-    """One number from the ``(B, C)`` token losses, as ``s.loss_type`` reduces them (trl/trainer/grpo_trainer.py:
-    3246-3277), scaled for gradient accumulation as TRL does itself (1145-1148). dapo, cispo and vespo divide by
-    ``num_items_in_batch``, the generation batch's completion tokens, rescaled to one optimizer step."""
+    """The ``(B, C)`` token losses reduced per ``s.loss_type`` (trl/trainer/grpo_trainer.py:3246-3277, 1145-1148)."""
     x, t = per_token * mask, s.loss_type  # a (B, 1) sequence-level term broadcasts to every token here
     if t in ("dapo", "cispo", "vespo"):
         if num_items_in_batch is None:
@@ -159,8 +133,7 @@ def aggregate(per_token: torch.Tensor, mask: torch.Tensor, s: LossSettings,
 
 
 def grpo_loss(model: Any, batch: dict[str, Any], s: LossSettings) -> tuple[torch.Tensor, torch.Tensor, dict]:
-    """GRPOTrainer's loss on a batch it trained on (:class:`CaptureLoss`), by hand: ``(loss, ratio, metrics)``, the
-    metrics those TRL logs, ``kl`` (beta > 0) and ``clip_ratio/*`` (clipped types; 3360-3376)."""
+    """GRPOTrainer's loss on a captured batch, by hand: ``(loss, ratio, metrics TRL logs)`` (3360-3376)."""
     mask = batch["completion_mask"].float()
     adv = batch["advantages"].unsqueeze(1) if batch["advantages"].dim() == 1 else batch["advantages"]
     old = batch.get("old_per_token_logps")
@@ -184,8 +157,7 @@ def grpo_loss(model: Any, batch: dict[str, Any], s: LossSettings) -> tuple[torch
 
 @dataclass
 class Captured:
-    """One training micro-step: the batch ``compute_loss`` got, the loss it returned, the trainable (LoRA) weights
-    it was computed with, ``grad_accum``, and the metrics it logged."""
+    """One training micro-step: its batch, loss, trainable (LoRA) weights, ``grad_accum`` and logged metrics."""
 
     step: int
     batch: dict[str, Any]
@@ -196,14 +168,7 @@ class Captured:
 
 
 class CaptureLoss:
-    """Put before ``GRPOTrainer`` in a subclass's bases to keep every training micro-step in ``self.captured``.
-    ``compute_loss`` is transformers' public override point; TRL's hands the work to ``_compute_loss``
-    (trl/trainer/grpo_trainer.py:3027-3035). Notebook 06 writes the same subclass out.
-
-    Example:
-        class CapturingGRPOTrainer(CaptureLoss, GRPOTrainer):
-            pass
-    """
+    """Mixin, first in the bases: keeps each micro-step in ``self.captured`` (trl/trainer/grpo_trainer.py:3027-3035)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

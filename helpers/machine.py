@@ -1,7 +1,5 @@
 """What this machine is: GPU and its compute capability, native bf16, CPU, memory, disk, Colab or Kaggle.
 
-The one home of the machine facts the course decides from. Nothing here loads a model.
-
 Example:
     >>> native_bf16((7, 5)), native_bf16((8, 0))
     (False, True)
@@ -29,22 +27,13 @@ def gpu_capability() -> tuple[int, int] | None:
 
 
 def native_bf16(capability: tuple[int, int] | None) -> bool:
-    """True from compute capability 8.0 (Ampere) on. Decide from the capability, not from
-    ``torch.cuda.is_bf16_supported()``, which can answer True on a T4 (emulated, slow)."""
+    """True from compute capability 8.0 (Ampere) on (``torch.cuda.is_bf16_supported()`` can say True on a T4)."""
     return capability is not None and tuple(capability) >= (8, 0)
 
 
 def cpu_bf16() -> bool:
-    """True when torch runs bfloat16 natively on this CPU: its kernels are the AVX-512 ones and the chip has
-    AVX512-BF16 or AMX-BF16. ``ATEN_CPU_CAPABILITY=avx2`` (the stand-in for a laptop without them) gives False,
-    as does an ARM or an older x86 CPU: there bf16 is emulated, slower than float32.
-
-    Example:
-        >>> isinstance(cpu_bf16(), bool)
-        True
-    """
+    """True when torch runs bfloat16 natively on this CPU (AVX-512 kernels, AVX512-BF16 or AMX-BF16 on the chip)."""
     import torch
-
     # torch reports DEFAULT, VSX, Z VECTOR, NO AVX, AVX2, AVX512 or SVE256 (torch/backends/cpu/__init__.py)
     if torch.backends.cpu.get_cpu_capability() != "AVX512":
         return False
@@ -83,11 +72,9 @@ class Hardware:
 def inspect_hardware(path: str | Path = ".") -> Hardware:
     """Read GPU, CPU, RAM and free disk (at ``path``) without loading any model."""
     import psutil
-
     cuda, name, cap, vram = False, None, None, None
     try:
         import torch
-
         if torch.cuda.is_available():
             props = torch.cuda.get_device_properties(0)
             cuda, name, cap = True, props.name, (props.major, props.minor)

@@ -1,6 +1,4 @@
-"""The checks around notebook 04's merge (which its cells do with PEFT's ``merge_and_unload`` or Unsloth's
-``save_pretrained_merged``): the disk it needs, the dtype it wrote, whether it gives the same outputs.
-"""
+"""The checks around notebook 04's merge: the disk it needs, the dtype it wrote, whether it gives the same outputs."""
 
 from __future__ import annotations
 
@@ -44,8 +42,7 @@ def saved_dtype(model_dir: str | Path) -> str | None:
 
 def collect_gguf(save_directory: str | Path, out_dir: str | Path, overwrite: bool = False) -> list[Path]:
     """Move the ``.gguf`` files of Unsloth's ``save_pretrained_gguf(save_directory)`` into ``out_dir``."""
-    # Unsloth writes the GGUF files into a sibling, save_directory + "_gguf" (_gguf_output_directory in
-    # unsloth/save.py; a contract test checks it).
+    # Unsloth writes into save_directory + "_gguf" (_gguf_output_directory in unsloth/save.py; a contract test)
     work = Path(save_directory)
     sibling = Path(f"{work}_gguf")
     files = sorted(sibling.glob("*.gguf")) or sorted(work.glob("*.gguf"))

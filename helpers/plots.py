@@ -1,6 +1,4 @@
-"""The course's figures, each a matplotlib ``Figure`` built without pyplot's global state; :func:`show_figure`
-displays one as a PNG on any backend, headless included.
-"""
+"""The course's figures: matplotlib ``Figure``s built without pyplot's global state, shown as PNGs on any backend."""
 
 from __future__ import annotations
 
@@ -23,8 +21,7 @@ def smooth(values: Sequence[float], window: int = 5) -> list[float]:
 
 
 def dashboard_figure(records: Sequence[dict[str, Any]], window: int = 5) -> Any:
-    """Four panels of TRL's per-step logs: rewards, their spread in groups, completion length, KL or loss (thin
-    lines raw, thick ones smoothed).
+    """Four panels of TRL's per-step logs (rewards, spread in groups, length, KL or loss), raw thin, smoothed thick.
 
     Example:
         >>> rows = [{"step": 1, "reward": 0.2, "reward_std": 0.4, "frac_reward_zero_std": 0.5,
@@ -33,10 +30,7 @@ def dashboard_figure(records: Sequence[dict[str, Any]], window: int = 5) -> Any:
         >>> [ax.get_title() for ax in dashboard_figure(rows).axes][:2]
         ['Rewards (mean per step)', 'Signal: reward spread inside groups']
     """
-    fig, axes = _figure((11, 6.5), 2, 2)
-    axes = axes.ravel()
-    names = list(dict.fromkeys(k[len("rewards/"):-len("/mean")] for r in records for k in r
-                               if k.startswith("rewards/") and k.endswith("/mean")))
+    fig, ((reward_ax, signal_ax), (length_ax, last_ax)) = _figure((11, 6.5), 2, 2)
 
     def line(ax: Any, key: str, label: str, color: str | None = None) -> bool:
         pts = [(int(r["step"]), float(r[key])) for r in records if r.get(key) is not None and "step" in r]
@@ -47,23 +41,24 @@ def dashboard_figure(records: Sequence[dict[str, Any]], window: int = 5) -> Any:
         ax.plot(xs, smooth(list(ys), window), lw=2, color=raw.get_color(), label=label)
         return True
 
-    line(axes[0], "reward", "total (weighted)", "black")
-    for name in names:
-        line(axes[0], f"rewards/{name}/mean", name)
-    axes[0].set_title("Rewards (mean per step)")
-    line(axes[1], "reward_std", "reward_std")
-    line(axes[1], "frac_reward_zero_std", "groups with equal rewards")
-    axes[1].set_title("Signal: reward spread inside groups")
-    axes[1].set_ylim(bottom=0)
-    line(axes[2], "completions/mean_length", "mean length (tokens)")
-    line(axes[2], "completions/clipped_ratio", "clipped ratio (0..1)", "tab:red")
-    axes[2].set_title("Completion length")
-    if line(axes[3], "kl", "KL to the reference"):
-        axes[3].set_title("KL (beta > 0)")
+    line(reward_ax, "reward", "total (weighted)", "black")
+    for name in dict.fromkeys(k[len("rewards/"):-len("/mean")] for r in records for k in r
+                              if k.startswith("rewards/") and k.endswith("/mean")):
+        line(reward_ax, f"rewards/{name}/mean", name)
+    reward_ax.set_title("Rewards (mean per step)")
+    line(signal_ax, "reward_std", "reward_std")
+    line(signal_ax, "frac_reward_zero_std", "groups with equal rewards")
+    signal_ax.set_title("Signal: reward spread inside groups")
+    signal_ax.set_ylim(bottom=0)
+    line(length_ax, "completions/mean_length", "mean length (tokens)")
+    line(length_ax, "completions/clipped_ratio", "clipped ratio (0..1)", "tab:red")
+    length_ax.set_title("Completion length")
+    if line(last_ax, "kl", "KL to the reference"):
+        last_ax.set_title("KL (beta > 0)")
     else:
-        line(axes[3], "loss", "loss")
-        axes[3].set_title("Loss (not a progress measure in GRPO)")
-    for ax in axes:
+        line(last_ax, "loss", "loss")
+        last_ax.set_title("Loss (not a progress measure in GRPO)")
+    for ax in fig.axes:
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
@@ -91,8 +86,7 @@ def token_lengths_figure(lengths: Sequence[int], budget: int | None = None, titl
 def reward_spread_figure(table: Any, title: str | None = None) -> Any:
     """One histogram per reward column of a :func:`helpers.reward_lab.score_table`, the total last."""
     columns = [c for c in table.columns if c != "completion" and str(table[c].dtype).startswith("float")]
-    fig, axes = _figure((3.0 * len(columns), 2.6), 1, len(columns), squeeze=False)
-    axes = axes[0]
+    fig, (axes,) = _figure((3.0 * len(columns), 2.6), 1, len(columns), squeeze=False)
     for ax, col in zip(axes, columns):
         ok, missing = table[col].dropna(), int(table[col].isna().sum())
         lo, hi = (float(ok.min()), float(ok.max())) if len(ok) else (0.0, 1.0)

@@ -1,6 +1,4 @@
-"""Notebook 00's preflight: installed versions against the package's pins (its metadata, so Colab too), the known
-traps on this machine, and the line a learner pastes into the room's chat.
-"""
+"""Notebook 00's preflight: versions against the package's pins, this machine's known traps, the room's chat line."""
 
 from __future__ import annotations
 
@@ -28,11 +26,6 @@ class Trap:
     topic: str
     message: str
     fix: str
-
-
-def disk_needed_gb(spec: ModelSpec) -> float:
-    """Rough free disk a full course run needs with this model (base, merge, GGUF, checkpoints)."""
-    return 2.0 if spec.bundled else round(3 * 2.0 * spec.params_b + 2, 1)
 
 
 def preflight_warnings(hw: Hardware, profile: Profile, spec: ModelSpec) -> list[Trap]:
@@ -70,8 +63,9 @@ def preflight_warnings(hw: Hardware, profile: Profile, spec: ModelSpec) -> list[
         out.append(Trap("vram", f"{spec.key} needs ~{spec.t4_vram_gb} GB for GRPO; this GPU has {hw.vram_gb} GB.",
                         "Choose a smaller model (COURSE_MODEL=qwen2.5-1.5b) or lower num_generations and "
                         "max_completion_length."))
-    if hw.free_disk_gb < disk_needed_gb(spec):
-        out.append(Trap("disk", f"{hw.free_disk_gb} GB free; a full run with {spec.key} needs ~{disk_needed_gb(spec)} "
+    disk_gb = 2.0 if spec.bundled else round(3 * 2.0 * spec.params_b + 2, 1)  # base, merge, GGUF, checkpoints
+    if hw.free_disk_gb < disk_gb:
+        out.append(Trap("disk", f"{hw.free_disk_gb} GB free; a full run with {spec.key} needs ~{disk_gb} "
                         "GB (base weights, a merged copy, a GGUF export, checkpoints).",
                         "Free space (old runs/ and checkpoints), save the adapter before merging, skip GGUF."))
     return out

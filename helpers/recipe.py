@@ -1,6 +1,6 @@
-"""The run's recipe as YAML for TRL's own command line: ``RUN/recipe/`` holds ``model/`` (weights linked, the
-course's tokenizer), ``grpo.yaml`` and, with a warm-up, ``sft.yaml``. ``trl grpo`` loads a saved adapter frozen, so
-``python -m helpers.recipe merge`` folds the warm-up in first and ``combine`` stacks both LoRAs into one adapter.
+"""The run's recipe for TRL's command line: ``RUN/recipe/`` holds ``model/``, ``grpo.yaml``, a warm-up's ``sft.yaml``.
+
+``trl grpo`` loads a saved adapter frozen, so ``merge`` folds the warm-up in first and ``combine`` stacks both LoRAs.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable
+
+import yaml
 
 from .data import ensure_prepared
 from .machine import gpu_capability
@@ -51,17 +53,16 @@ def reward_path(func: Callable, task: Task | None = None) -> str:
 
 
 def _dump(sections: list[tuple[str, dict[str, Any]]], header: str) -> str:
-    import yaml
     parts = [f"\n# {comment}\n" + yaml.safe_dump(values, sort_keys=False, allow_unicode=True, width=110)
              for comment, values in sections]
     return header.rstrip() + "\n" + "".join(parts)
 
 
 def _model_args(profile: Profile, model: str | Path, dtype: str) -> dict[str, Any]:
-    args: dict[str, Any] = dict(model_name_or_path=str(model), dtype=dtype, use_peft=True, lora_r=profile.lora_rank,
-                                lora_alpha=profile.lora_alpha, lora_dropout=0.0, lora_target_modules=list(LORA_TARGETS),
-                                lora_task_type="CAUSAL_LM")
-    return {**args, "load_in_4bit": True, "bnb_4bit_quant_type": "nf4"} if profile.load_in_4bit else args
+    quantized = {"load_in_4bit": True, "bnb_4bit_quant_type": "nf4"} if profile.load_in_4bit else {}
+    return dict(model_name_or_path=str(model), dtype=dtype, use_peft=True, lora_r=profile.lora_rank,
+                lora_alpha=profile.lora_alpha, lora_dropout=0.0, lora_target_modules=list(LORA_TARGETS),
+                lora_task_type="CAUSAL_LM", **quantized)
 
 
 def recipe_model(profile: Profile, folder: str | Path, tokenizer: Any = None, fetch: bool = False) -> Path:
@@ -107,16 +108,17 @@ class Recipe:
 
     def commands(self, processes: int = 1) -> list[str]:
         """The commands in order; ``processes > 1`` runs GRPO with ``torchrun``, the global batch kept."""
-        warmup = [f"trl sft --config {_q(self.sft)}", f"python -m helpers.recipe merge {_q(self.folder)}"]
-        grpo = f"trl grpo --config {_q(self.grpo)}"
+        sft, config, folder = (shlex.quote(str(path)) for path in (self.sft, self.grpo, self.folder))
+        warmup = [f"trl sft --config {sft}", f"python -m helpers.recipe merge {folder}"]
+        grpo = f"trl grpo --config {config}"
         if processes > 1:
             batch = load_recipe(self.grpo)["per_device_train_batch_size"]
             if batch % processes:
                 raise RecipeError(f"per_device_train_batch_size={batch} does not split over {processes} processes: "
                                   "choose a number of processes that divides it, or raise the batch in the profile.")
-            grpo = (f"torchrun --nproc_per_node {processes} -m trl.scripts.grpo --config {_q(self.grpo)} "
+            grpo = (f"torchrun --nproc_per_node {processes} -m trl.scripts.grpo --config {config} "
                     f"--per_device_train_batch_size {batch // processes}")
-        return [*warmup, grpo, f"python -m helpers.recipe combine {_q(self.folder)}"] if self.sft else [grpo]
+        return [*warmup, grpo, f"python -m helpers.recipe combine {folder}"] if self.sft else [grpo]
 
     @classmethod
     def of(cls, run: str | Path) -> "Recipe":
@@ -133,10 +135,6 @@ class Recipe:
     def adapter(self) -> Path:
         """Where the commands leave the adapter on the base model (what notebook 04 loads)."""
         return self.output / ("adapter" if self.sft is not None else "grpo")
-
-
-def _q(path: Path | None) -> str:
-    return shlex.quote(str(path))
 
 
 def recipe_texts(profile: Profile, run: str | Path, capability: tuple[int, int] | None = None,
@@ -200,7 +198,6 @@ def write_recipe(profile: Profile, run: str | Path, tokenizer: Any = None, capab
 
 def load_recipe(path: str | Path) -> dict[str, Any]:
     """A recipe YAML as a dict."""
-    import yaml
     return yaml.safe_load(Path(path).read_text())
 
 

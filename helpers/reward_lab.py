@@ -1,6 +1,4 @@
-"""Testing rewards before GRPO does: hand-written cases as a pass/fail table, every reward's score called as TRL
-calls it, and the group advantages TRL computes from the totals. Rewards: functions or ``(function, weight)``.
-"""
+"""Testing rewards before GRPO does: hand-written cases, each reward's score as TRL calls it, TRL's advantages."""
 
 from __future__ import annotations
 
@@ -39,8 +37,7 @@ def _same(got: Any, want: Any, tol: float) -> bool:
 
 
 def check_cases(cases: Sequence[RewardCase], rewards: Any, tol: float = 1e-6) -> Any:
-    """One row per (case, reward it names): expected, got, passed. A reward missing from ``rewards`` or raising
-    fails the row (``got`` says which), so neither a typo nor a crash passes.
+    """One row per (case, reward it names): expected, got, passed; a reward missing or raising fails its row.
 
     Example:
         >>> from helpers.tasks.reasoning import correctness_reward, strict_format_reward
@@ -84,8 +81,7 @@ def assert_cases(cases: Sequence[RewardCase], rewards: Any, tol: float = 1e-6) -
 def score_table(completions: Sequence[Any], rewards: Any, prompts: Sequence[Any] | None = None,
                 completion_ids: Sequence[Sequence[int]] | None = None, width: int | None = 60,
                 **columns: Sequence[Any]) -> Any:
-    """One row per completion, one column per reward, and ``total``: the weighted sum TRL logs as ``reward``
-    (``None`` skipped, as TRL's ``nansum``). ``columns``: one value per completion (``answer=[...]``).
+    """One row per completion, one column per reward, and ``total``: the weighted sum TRL logs (``None`` skipped).
 
     Example:
         >>> from helpers.tasks.reasoning import correctness_reward, numeric_answer_reward
@@ -127,16 +123,6 @@ class GroupAdvantages:
     group_mean: list[float]
     group_std: list[float]
     frac_zero_std: float
-    group_size: int
-
-    def to_frame(self) -> Any:
-        """One row per completion: group, reward, group mean and std, advantage."""
-        import pandas as pd
-        g = self.group_size
-        idx = range(len(self.rewards))
-        return pd.DataFrame(dict(group=[i // g for i in idx], reward=self.rewards,
-                                 group_mean=[self.group_mean[i // g] for i in idx],
-                                 group_std=[self.group_std[i // g] for i in idx], advantage=self.advantages))
 
 
 def nanstd(values: Any, dim: int) -> Any:
@@ -149,8 +135,7 @@ def nanstd(values: Any, dim: int) -> Any:
 
 
 def group_advantages(rewards: Sequence[Any], group_size: int, scale: str = "group") -> GroupAdvantages:
-    """Advantages as TRL's ``GRPOTrainer`` computes them from one total per completion, each prompt's group
-    consecutive; ``scale`` is TRL's ``scale_rewards`` (``"group"``, ``"batch"``, ``"none"``).
+    """TRL's advantages from one total per completion, groups consecutive; ``scale`` is TRL's ``scale_rewards``.
 
     Example:
         >>> a = group_advantages([1.0, 0.0, 0.0, 0.0, 2.0, 2.0, 2.0, 2.0], group_size=4)
@@ -172,7 +157,6 @@ def group_advantages(rewards: Sequence[Any], group_size: int, scale: str = "grou
     adv = totals - mean.repeat_interleave(group_size)
     if scale != "none":
         adv = adv / (used + 1e-4)
-    zero = torch.isclose(used, torch.zeros_like(used))  # what TRL logs as frac_reward_zero_std
+    frac_zero = float(torch.isclose(used, torch.zeros_like(used)).float().mean())  # TRL's frac_reward_zero_std
     return GroupAdvantages(rewards=totals.tolist(), advantages=torch.nan_to_num(adv, nan=0.0).tolist(),
-                           group_mean=mean.tolist(), group_std=std.tolist(),
-                           frac_zero_std=float(zero.float().mean()), group_size=group_size)
+                           group_mean=mean.tolist(), group_std=std.tolist(), frac_zero_std=frac_zero)

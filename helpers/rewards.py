@@ -1,10 +1,8 @@
-"""Reward plumbing in TRL's convention (``f(completions=..., **columns)`` -> one float or ``None`` each, never
-raising), shared by every task, and completions as text. TRL hands over the completion without the chat
-template's prefill (trl #6966): :class:`Prefilled` scores ``prefill + completion``.
-"""
+"""Reward plumbing in TRL's convention: ``f(completions, **columns)`` -> a float or ``None`` each, never raising."""
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any, Callable
 
 RewardFunc = Callable[..., list]
@@ -13,17 +11,13 @@ RewardFunc = Callable[..., list]
 def completion_text(completion: Any) -> str:
     """The text of one completion, plain or conversational; ``""`` for ``None`` or an unreadable object."""
     try:
-        if completion is None:
-            return ""
-        if isinstance(completion, str):
-            return completion
         if isinstance(completion, dict):
             completion = [completion]
         if isinstance(completion, (list, tuple)):
             messages = [m for m in completion if isinstance(m, dict)]
             chosen = [m for m in messages if m.get("role") == "assistant"] or messages
             return "\n".join(_content(m.get("content")) for m in chosen)
-        return str(completion)
+        return _content(completion)
     except Exception:  # noqa: BLE001 - a reward never raises
         return ""
 
@@ -54,8 +48,7 @@ def completion_texts(completions: Any) -> list[str]:
 
 
 class Prefilled:
-    """``reward`` scored on ``prefill + completion``, named ``prefilled_<name>`` (TRL logs rewards by name);
-    a module-level class, so it pickles and ``trl grpo`` imports it by dotted path.
+    """``reward`` on ``prefill + completion`` (TRL passes the completion without it, trl #6966); a class: it pickles.
 
     Example:
         >>> shout = Prefilled(lambda completions, **kw: [float(t.startswith("HI")) for t in completions], "HI")
@@ -65,7 +58,7 @@ class Prefilled:
 
     def __init__(self, reward: RewardFunc, prefill: str) -> None:
         self.reward, self.prefill = reward, prefill
-        self.__name__ = f"prefilled_{getattr(reward, '__name__', type(reward).__name__)}"
+        self.__name__ = f"prefilled_{getattr(reward, '__name__', type(reward).__name__)}"  # TRL logs rewards by name
         self.__doc__ = f"{self.__name__[10:]} on {prefill!r} + completion (the chat template wrote the prefill)."
 
     def __call__(self, completions: Any = None, **kwargs: Any) -> list:
@@ -87,16 +80,14 @@ def clip(text: Any, width: int) -> str:
 
 
 def weighted(rewards: Any) -> list[tuple[str, Any, float]]:
-    """``[(name, function, weight)]`` from a function, functions, or ``(function, weight)`` pairs; names
-    must differ (TRL logs rewards by ``__name__``)."""
+    """``[(name, function, weight)]`` from a function, functions, or ``(function, weight)`` pairs, names distinct."""
     out = []
     for item in [rewards] if callable(rewards) else list(rewards):
         func, weight = item if isinstance(item, tuple) else (item, 1.0)
         if not callable(func):
             raise TypeError(f"Expected a reward function or a (function, weight) pair, got {item!r}.")
         out.append((getattr(func, "__name__", type(func).__name__), func, float(weight)))
-    names = [n for n, _, _ in out]
-    dupes = sorted({n for n in names if names.count(n) > 1})
+    dupes = sorted(name for name, count in Counter(name for name, _, _ in out).items() if count > 1)
     if dupes:
         raise ValueError(f"Two rewards share the name(s) {dupes}: TRL logs rewards by __name__, so give each "
                          "function a distinct name.")

@@ -1,6 +1,4 @@
-"""Where things live (the checkout, the cache, run folders, the course's data files), and atomic writes: a killed
-process never leaves a file or folder that looks complete.
-"""
+"""Where things live (checkout, cache, run folders, data files), and atomic writes a killed process cannot half-do."""
 
 from __future__ import annotations
 
@@ -51,8 +49,7 @@ def run_dir(profile_name: str | None = None, create: bool = True) -> Path:
 
 
 def use_persistent_runs(keep: bool = True) -> Path | None:
-    """On Colab (Google Drive, mounted if you allow it) or Kaggle, keep run folders where a disconnect cannot lose
-    them: sets ``COURSE_RUNS`` and returns the folder; elsewhere, or with ``COURSE_RUNS`` set, does nothing."""
+    """On Colab (Drive) or Kaggle, set ``COURSE_RUNS`` to a folder a disconnect cannot lose, and return it."""
     if not keep or _env_path("COURSE_RUNS"):
         return None
     if on_colab():
@@ -142,12 +139,11 @@ def atomic_folder(out_dir: str | Path, overwrite: bool = False) -> Iterator[Path
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    old = out_dir.with_name(f".{out_dir.name}-old-{time.time_ns()}") if out_dir.exists() else None
-    if old is not None:
+    old = out_dir.with_name(f".{out_dir.name}-old-{time.time_ns()}")
+    if out_dir.exists():
         os.replace(out_dir, old)
     os.replace(tmp, out_dir)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def check_free_disk(folder: str | Path, needed_bytes: int, what: str = "the merged model") -> int:

@@ -1,11 +1,6 @@
 """GRPO training: the checks TRL does not make, the precision, and the save point of notebook 03.
 
-Notebook 03 writes ``SFTConfig``, ``SFTTrainer``, ``GRPOConfig`` and ``GRPOTrainer`` out in its cells; the
-functions here make the same calls for the notebooks that follow and the benchmarks
-(``tests/test_notebooks.py`` checks that notebook 03's ``GRPOConfig`` cell builds the same config). Each
-reads the profile and its task alone. On a GPU profile ``unsloth`` must be imported before TRL (it
-rewrites TRL's classes at import): everything here that builds a TRL object calls
-:func:`helpers.models.import_unsloth` first.
+Unsloth rewrites TRL's classes when imported, so each one that builds a TRL object calls ``import_unsloth`` first.
 
 Example:
     >>> explain_config_error(TypeError("__init__() got an unexpected keyword argument 'warmup_ratio'"))[:28]
@@ -14,6 +9,8 @@ Example:
 
 from __future__ import annotations
 
+import os
+import platform
 import re
 import time
 from pathlib import Path
@@ -53,9 +50,7 @@ def explain_config_error(error: Exception) -> str:
 
 
 def precision(profile: Profile, capability: tuple[int, int] | None) -> dict[str, bool]:
-    """``{"bf16", "fp16"}`` to train this profile with. A CPU profile: bf16 autocast where the CPU runs bf16
-    natively (AVX512-BF16 or AMX, :func:`helpers.machine.cpu_bf16`), float32 elsewhere. A GPU: bf16 from compute
-    capability 8.0; below, fp16, except a model that overflows in fp16 (Gemma 3), which trains in float32.
+    """``{"bf16", "fp16"}``: bf16 where native (CPU, GPU from 8.0), else fp16 on a GPU unless it overflows (Gemma 3).
 
     Example:
         >>> from helpers.profiles import get_profile
@@ -72,17 +67,14 @@ def precision(profile: Profile, capability: tuple[int, int] | None) -> dict[str,
 
 
 def torch_dtype(profile: Profile, capability: tuple[int, int] | None) -> str:
-    """The dtype of a full-precision copy of the profile's model (a merge, its reference): a CPU profile's
-    weights stay float32 (bf16 there is autocast), a GPU's are in its training precision."""
+    """The dtype of a merged copy of the model: float32 on a CPU (bf16 is autocast there), else the training's."""
     bits = precision(profile, capability) if profile.backend == "unsloth" else {}
     return "bfloat16" if bits.get("bf16") else "float16" if bits.get("fp16") else "float32"
 
 
 def check_config(config: Any, profile: Profile, capability: tuple[int, int] | None = None,
                  vllm_installed: bool | None = None) -> None:
-    """Raise :class:`TrainingConfigError` for a ``GRPOConfig`` TRL accepts but that fails or teaches nothing:
-    bf16 below compute capability 8.0 or on a CPU without native bf16, fp16 on a CPU, Gemma 3 in fp16, a completion
-    length too short for the task, vLLM where it cannot run."""
+    """Raise :class:`TrainingConfigError` for a ``GRPOConfig`` TRL accepts but that fails or teaches nothing."""
     on_gpu = profile.backend == "unsloth"
     capability = gpu_capability() if on_gpu and capability is None else capability
     bf16, fp16 = bool(getattr(config, "bf16", False)), bool(getattr(config, "fp16", False))
@@ -152,7 +144,6 @@ def grpo_config(profile: Profile, run: str | Path, capability: tuple[int, int] |
     """The ``GRPOConfig`` notebook 03 writes out (``overrides`` on top), checked."""
     import_unsloth(profile)  # before TRL: Unsloth replaces its GRPOConfig
     from trl import GRPOConfig
-
     capability = gpu_capability() if capability is None and profile.backend == "unsloth" else capability
     config = GRPOConfig(**{**grpo_kwargs(profile, run, capability), **overrides})
     check_config(config, profile, capability=capability)
@@ -170,13 +161,10 @@ def sft_kwargs(profile: Profile, run: str | Path, capability: tuple[int, int] | 
 
 
 def warmup_dataset(profile: Profile, tokenizer: Any) -> Any:
-    """The format warm-up: ``warmup_examples`` rows of the task's (easier) ``warmup_level`` as TRL
-    prompt-completion conversations, the completion the task's reference (prefill included).
+    """The format warm-up: ``warmup_examples`` rows of ``warmup_level`` as prompt-completion conversations.
 
-    ``SFTTrainer`` renders the prompt with the generation prompt (which ends with the prefill) and learns
-    only what follows it: the model learns to continue the prefill, as GRPO will ask it to."""
+    The completion is the task's reference; SFT learns only what follows the prompt's prefill, as GRPO will ask."""
     from datasets import Dataset
-
     task, role = get_task(profile.task), supports_system_role(tokenizer)
     kwargs = get_model_spec(profile.model).chat_template_kwargs
     rows = task.make_rows(profile.warmup_level, profile.warmup_examples, profile.seed + 1)
@@ -187,12 +175,10 @@ def warmup_dataset(profile: Profile, tokenizer: Any) -> Any:
 
 def run_warmup(model: Any, tokenizer: Any, profile: Profile, run: str | Path,
                capability: tuple[int, int] | None = None) -> dict[str, Any]:
-    """Notebook 03's warm-up cells: ``SFTConfig`` + ``SFTTrainer`` on :func:`warmup_dataset`, the adapter saved
-    to ``RUN/warmup-adapter`` (notebook 04 evaluates it). A summary."""
+    """Notebook 03's warm-up: ``SFTTrainer`` on :func:`warmup_dataset`, saved to ``RUN/warmup-adapter``; a summary."""
     import_unsloth(profile)
     from transformers import PrinterCallback
     from trl import SFTConfig, SFTTrainer
-
     capability = gpu_capability() if capability is None and profile.backend == "unsloth" else capability
     start, rows = time.time(), warmup_dataset(profile, tokenizer)
     trainer = SFTTrainer(model=model, args=SFTConfig(**sft_kwargs(profile, run, capability)), train_dataset=rows,
@@ -210,13 +196,7 @@ def run_warmup(model: Any, tokenizer: Any, profile: Profile, run: str | Path,
 def last_checkpoint(run: str | Path) -> str | None:
     """The newest *complete* checkpoint of ``RUN/grpo`` (it holds ``trainer_state.json``, written last), or None.
 
-    transformers' ``get_last_checkpoint`` takes the highest-numbered folder even when a disconnect cut it
-    off mid-save; resuming from it would fail or start over.
-
-    Example:
-        >>> last_checkpoint("/nonexistent") is None
-        True
-    """
+    Not transformers' ``get_last_checkpoint``: it takes the highest folder even when a disconnect cut it mid-save."""
     steps = {int(p.name.rsplit("-", 1)[1]): p for p in (Path(run) / GRPO_DIR).glob("checkpoint-*")
              if p.name.rsplit("-", 1)[1].isdigit() and (p / "trainer_state.json").is_file()}
     return str(steps[max(steps)]) if steps else None
@@ -224,15 +204,10 @@ def last_checkpoint(run: str | Path) -> str | None:
 
 def train_grpo(profile: Profile, run: str | Path, model: Any = None, tokenizer: Any = None, resume: bool = True,
                warmup: bool | None = None, budget_start: float | None = None, live: bool | None = False) -> dict:
-    """Notebook 03 in one call, for any task: model, dataset, warm-up, ``GRPOConfig``, ``GRPOTrainer``, train, save.
-
-    Resumes from ``RUN/grpo``'s last checkpoint when ``resume`` (then the warm-up, inside the checkpoint, is
-    skipped). The time budget counts from ``budget_start`` (default: now). Writes ``RUN/adapter``,
-    ``train_config.json`` and ``run.json``; returns ``{"trainer", "model", "tokenizer", "summary"}``."""
+    """Notebook 03 in one call: warm-up unless resuming, GRPO, adapter saved; the budget starts at ``budget_start``."""
     import_unsloth(profile)  # first: Unsloth rewrites TRL's trainer and config when imported
     from transformers import PrinterCallback
     from trl import GRPOTrainer
-
     start, run = budget_start or time.time(), Path(run)
     if model is None:
         model, tokenizer = load_model(profile)
@@ -259,26 +234,21 @@ def train_grpo(profile: Profile, run: str | Path, model: Any = None, tokenizer: 
 
 
 def write_train_config(run: str | Path, profile: Profile, config: Any, rewards: list, **extra: Any) -> Path:
-    """``RUN/train_config.json`` (the profile, every ``GRPOConfig`` value, the rewards and weights) and the
-    versions and machine added to ``RUN/run.json``: the run describes itself."""
-    import os
-    import platform
-
+    """``RUN/train_config.json`` (profile, ``GRPOConfig``, rewards) and the versions and machine in ``RUN/run.json``."""
     path = write_json(Path(run) / "train_config.json", {
         "profile": profile.to_dict(), "prefill": get_task(profile.task).prefill,
         "rewards": [{"name": f.__name__, "weight": w} for f, w in rewards], "grpo_config": config.to_dict(), **extra})
     info_path = Path(run) / "run.json"
     info = read_json(info_path) if info_path.is_file() else {"created": time.strftime("%Y-%m-%dT%H:%M:%S")}
-    info.update(profile=profile.to_dict(), versions=installed_versions(), training={"adapter": ADAPTER_DIR,
-                "config": path.name}, machine={"python": platform.python_version(), "platform": platform.platform(),
-                                               "cpus": os.cpu_count()})
+    info.update(profile=profile.to_dict(), versions=installed_versions(),
+                training={"adapter": ADAPTER_DIR, "config": path.name},
+                machine={"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count()})
     write_json(info_path, info)
     return path
 
 
 def ensure_adapter(profile: Profile, run: str | Path, **kwargs: Any) -> Path:
-    """``RUN/adapter``; when missing, say so and train a short one: the profile's recipe stopped after
-    ``profile.fallback_minutes`` (said up front), never the full run unannounced."""
+    """``RUN/adapter``; when missing, say so and train one stopped after ``profile.fallback_minutes``."""
     path = Path(run) / ADAPTER_DIR
     if (path / "adapter_config.json").is_file():
         return path

@@ -1,6 +1,4 @@
-"""Small ipywidgets for the notebooks (a reward playground, a completions explorer, a chat box), for ipywidgets
-7.7.1 as Colab renders it; each cell also shows the same content statically.
-"""
+"""ipywidgets for the notebooks (reward playground, completions explorer, chat box), as Colab's 7.7.1 renders them."""
 
 from __future__ import annotations
 

@@ -19,7 +19,6 @@ from helpers.preflight import (
     Trap,
     VersionCheck,
     check_versions,
-    disk_needed_gb,
     installed_versions,
     pinned_versions,
     preflight_warnings,
@@ -62,12 +61,6 @@ def topics(hw, profile="colab-t4", model=None, **over):
 
 
 # --------------------------------------------------------------------------- traps
-
-
-def test_disk_needed_gb():
-    assert disk_needed_gb(get_model_spec("smollm2-135m")) == 2.0
-    assert disk_needed_gb(get_model_spec("qwen2.5-3b")) == 20.0
-    assert disk_needed_gb(get_model_spec("qwen3-4b")) > disk_needed_gb(get_model_spec("qwen2.5-1.5b"))
 
 
 def test_a_t4_warns_about_bf16_only_for_qwen():
@@ -118,6 +111,8 @@ def test_low_disk_names_the_need():
                                             get_model_spec("qwen2.5-3b")) if t.topic == "disk"]
     assert trap.message.startswith("5.0 GB free; a full run with qwen2.5-3b needs ~20.0 GB")
     assert "disk" not in topics(machine(free_disk_gb=20.0), model="qwen2.5-3b")
+    assert topics(machine(**(LAPTOP | {"free_disk_gb": 1.9})), "cpu-smoke") == ["disk"]  # the bundled model: 2 GB
+    assert topics(machine(**(LAPTOP | {"free_disk_gb": 2.0})), "cpu-smoke") == []
 
 
 def test_a_laptop_gets_no_warnings():

@@ -40,7 +40,7 @@ def fake_machine(monkeypatch):
     monkeypatch.delenv("COURSE_PROFILE", raising=False)
 
     def set_machine(hw, unsloth=False):
-        monkeypatch.setattr(machine, "inspect_hardware", lambda path=".": hw)
+        monkeypatch.setattr(P, "inspect_hardware", lambda path=".": hw)
         monkeypatch.setattr(P, "installed", lambda name: unsloth if name == "unsloth" else importlib.util.find_spec(
             name) is not None)
 

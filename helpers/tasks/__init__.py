@@ -1,6 +1,4 @@
-"""A task is one module behind one small interface, :class:`Task`; every stage dispatches on ``Profile.task``.
-Subclass it, fill in its names, and ``get_profile(..., task="my_module:MyTask")`` runs the course on it.
-"""
+"""The task interface :class:`Task`: subclass it, and ``get_profile(task="my_module:MyTask")`` runs the course on it."""
 
 from __future__ import annotations
 
@@ -15,25 +13,17 @@ BUILTIN = {"arithmetic": "helpers.tasks.arithmetic:ArithmeticTask", "json": "hel
 class Task:
     """The interface. Subclass it and fill in the names below; the rest of the course reads nothing else."""
 
-    #: A short name (logs, the dataset card).
-    name: str = "task"
-    #: The system message of every prompt (override :meth:`system_prompt_for` when it depends on the row).
-    system_prompt: str = ""
-    #: Text the chat template's generation prompt ends with: the model starts writing after it ("" for none).
-    prefill: str = ""
-    #: Difficulty levels by name, easiest first; :meth:`make_rows` reads them.
-    levels: Mapping[str, Any] = {}
-    #: ``[(reward, weight), ...]`` GRPO trains with (TRL's ``reward_funcs`` and ``reward_weights``).
-    rewards: Sequence[tuple[RewardFunc, float]] = ()
-    #: The :meth:`score` metric that means "solved" (the benchmarks' and pass@k's), and the format one.
-    headline: str = "correct"
-    format_metric: str = "format"
-    #: The fewest completion tokens a full answer needs (a shorter ``max_completion_length`` is refused).
-    min_completion_tokens: int = 16
+    name: str = "task"  #: a short name (logs, the dataset card)
+    system_prompt: str = ""  #: every prompt's system message (or override system_prompt_for)
+    prefill: str = ""  #: what the generation prompt ends with: the model writes after it ("" for none)
+    levels: Mapping[str, Any] = {}  #: difficulty levels by name, easiest first, read by make_rows
+    rewards: Sequence[tuple[RewardFunc, float]] = ()  #: [(reward, weight)]: TRL's reward_funcs, reward_weights
+    headline: str = "correct"  #: the score() metric that means "solved" (the benchmarks', pass@k's)
+    format_metric: str = "format"  #: the score() metric that means "in the format"
+    min_completion_tokens: int = 16  #: the fewest completion tokens a full answer needs (fewer is refused)
 
     def make_rows(self, level: str, n: int, seed: int) -> Any:
-        """``n`` distinct rows of one level, the same for the same seed: dicts with ``question``, ``answer`` and any
-        column the rewards read (or ``{"train": rows, "eval": rows}`` for a task with a real held-out set)."""
+        """``n`` distinct rows per seed: question, answer, reward columns (or ``{"train": rows, "eval": rows}``)."""
         raise NotImplementedError(f"Task {self.name!r} must define make_rows(level, n, seed).")
 
     def reference(self, row: Mapping[str, Any]) -> str:
@@ -41,8 +31,7 @@ class Task:
         raise NotImplementedError(f"Task {self.name!r} must define reference(row) for the format warm-up.")
 
     def score(self, text: str, row: Mapping[str, Any]) -> dict[str, float]:
-        """``{metric: value}`` of one completion (with the prefill), :attr:`headline` and :attr:`format_metric`
-        included, by the rule the correctness reward uses."""
+        """``{metric: value}`` of one completion (prefill included), :attr:`headline` and :attr:`format_metric` too."""
         raise NotImplementedError(f"Task {self.name!r} must define score(text, row).")
 
     # --- optional: override when the default does not fit

@@ -1,6 +1,4 @@
-"""The arithmetic task: sums generated offline in levels (left to right, never negative, with the worked
-``solution``), and GSM8K as its real-data level ``gsm8k`` (the Hub, or a folder named by ``COURSE_GSM8K_DIR``).
-"""
+"""The arithmetic task: sums generated offline in levels, with worked solutions, and GSM8K as its level ``gsm8k``."""
 
 from __future__ import annotations
 
@@ -12,17 +10,15 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from . import Task, distinct_rows
-from .reasoning import (PREFILL, SYSTEM_PROMPT, correctness_reward, normalize_number, numeric_answer_reward,
-                        partial_correctness_reward, prefilled_soft_format_reward, prefilled_strict_format_reward,
-                        prefilled_xmlcount_reward, reference_completion, score_reasoning)
-
-GSM8K_DIR_ENV = "COURSE_GSM8K_DIR"
+from .reasoning import (PREFILL, SYSTEM_PROMPT, answer_matches, correctness_reward, extract_answer, has_strict_format,
+                        normalize_number, numeric_answer_reward, partial_correctness_reward,
+                        prefilled_soft_format_reward, prefilled_strict_format_reward, prefilled_xmlcount_reward,
+                        reference_completion)
 
 
 @dataclass(frozen=True)
 class Level:
-    """A level: ``n_operands`` numbers in ``[low, high]``; a template uses ``{expr}`` (drawn from ``operators``) or
-    ``{a}``..``{c}``, ``{name}``, ``{item}`` with its own formula (``"a + b - c"``)."""
+    """A level: ``n_operands`` numbers in ``[low, high]``, or word ``templates`` each with a formula (``"a + b"``)."""
 
     description: str
     low: int = 0
@@ -33,6 +29,7 @@ class Level:
     source: str | None = None  # where a loaded level's rows come from (None: generated)
 
 
+GSM8K_DIR_ENV = "COURSE_GSM8K_DIR"
 NAMES = ("Ava", "Ben", "Chloe", "Dev", "Emma", "Finn", "Grace", "Hugo", "Isla", "Jonah",
          "Kira", "Leo", "Maya", "Noah", "Omar", "Priya", "Ravi", "Sara", "Tom", "Zoe")
 ITEMS = ("apples", "marbles", "stickers", "books", "pencils", "coins", "cookies", "stamps", "shells", "cards")
@@ -67,6 +64,14 @@ LEVELS: dict[str, Level] = {
     "gsm8k": Level("GSM8K: real grade-school word problems (Hub, or COURSE_GSM8K_DIR)", source="openai/gsm8k"),
 }
 _OPS = {"+": lambda x, y: x + y, "-": lambda x, y: x - y, "*": lambda x, y: x * y}
+PRESETS: dict[str, list] = {  #: reward presets ``[(reward, weight)]``; TRL logs their weighted sum as ``reward``
+    "arithmetic": [(correctness_reward, 1.0), (partial_correctness_reward, 0.5), (prefilled_strict_format_reward, 0.5),
+                   (prefilled_xmlcount_reward, 0.25)],
+    "gsm8k": [(correctness_reward, 1.0), (numeric_answer_reward, 1.0), (prefilled_strict_format_reward, 0.5),
+              (prefilled_soft_format_reward, 0.5), (prefilled_xmlcount_reward, 0.5)],
+    "format-only": [(prefilled_strict_format_reward, 1.0), (prefilled_soft_format_reward, 0.5),
+                    (prefilled_xmlcount_reward, 0.5)],
+}
 
 
 def _one_problem(rng: random.Random, level: Level) -> dict[str, str] | None:
@@ -141,17 +146,6 @@ def load_gsm8k(source: str | Path | None = None) -> Any:
                               "(COURSE_PROFILE=cpu-demo): its levels need no download.") from exc
 
 
-#: Reward presets ``[(reward, weight)]``; TRL logs their weighted sum as ``reward``.
-PRESETS: dict[str, list] = {
-    "arithmetic": [(correctness_reward, 1.0), (partial_correctness_reward, 0.5), (prefilled_strict_format_reward, 0.5),
-                   (prefilled_xmlcount_reward, 0.25)],
-    "gsm8k": [(correctness_reward, 1.0), (numeric_answer_reward, 1.0), (prefilled_strict_format_reward, 0.5),
-              (prefilled_soft_format_reward, 0.5), (prefilled_xmlcount_reward, 0.5)],
-    "format-only": [(prefilled_strict_format_reward, 1.0), (prefilled_soft_format_reward, 0.5),
-                    (prefilled_xmlcount_reward, 0.5)],
-}
-
-
 class ArithmeticTask(Task):
     """Sums in levels (CPU profiles) and GSM8K (GPU profiles), in the ``<reasoning>``/``<answer>`` format."""
 
@@ -175,15 +169,16 @@ class ArithmeticTask(Task):
         return reference_completion(row.get("solution") or str(row["answer"]), str(row["answer"]))
 
     def score(self, text: str, row: Mapping[str, Any]) -> dict[str, float]:
-        return score_reasoning(text, row["answer"])
+        correct, fmt = answer_matches(extract_answer(text), row["answer"]), has_strict_format(text)
+        return {"accuracy": float(correct and fmt), "correct": float(correct), "format": float(fmt)}
 
     def clean_answer(self, row: Mapping[str, Any]) -> str:
         """A number string from a number, ``1,200``, ``$18`` or a GSM8K ``#### 72`` solution."""
         raw = "" if row.get("answer") is None else str(row["answer"]).strip()
-        value = extract_hash_answer(raw) if "####" in raw else normalize_number(raw)
         if not raw:
             raise ValueError("the answer is missing: write the final answer, e.g. 42")
-        if value is None or normalize_number(value) is None:
+        value = extract_hash_answer(raw) if "####" in raw else normalize_number(raw)
+        if normalize_number(value) is None:
             raise ValueError(f"{raw[:40]!r} is not a number: write the answer as digits, e.g. 12 ($, % and 1,000 "
                              "are fine; a GSM8K solution ends with '#### 42')")
         return value

@@ -1,6 +1,4 @@
-"""Rewards for structured output: one JSON object, valid against the row's ``schema``, with the ``answer``'s fields.
-They never raise and their work is bounded, whatever the text (huge, cut off, nested a thousand deep).
-"""
+"""Rewards for one JSON object that fits the row's ``schema`` and holds its ``answer``; bounded, never raising."""
 
 from __future__ import annotations
 
@@ -14,13 +12,7 @@ from ..rewards import completion_texts
 MAX_CHARS = 20_000  # longer completions are not answers: not searched
 MAX_DEPTH = 20  # objects nested deeper are refused
 MAX_STARTS = 16  # how many "{" a completion is searched from
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+_DECODER = json.JSONDecoder(parse_constant=int)  # int("NaN") raises ValueError: NaN and Infinity are not JSON
 
 
 def _depth(value: Any) -> int:
@@ -45,12 +37,11 @@ class JsonFind:
 
     @property
     def clean(self) -> bool:
-            return self.obj is not None and not self.outside
+        return self.obj is not None and not self.outside
 
 
 def find_json_object(text: Any) -> JsonFind:
-    """The first JSON *object* in the text, parsed from each ``{`` in turn (prose or a code fence around it does
-    not hide it); ``outside``: the rest of the text.
+    """The first JSON *object* in the text, tried from each ``{`` (prose or a code fence around it is ``outside``).
 
     Example:
         >>> f = find_json_object('Here: {"name": "Ava"} ok')
@@ -128,11 +119,12 @@ def schema_errors(obj: Any, schema: Any) -> list[str] | None:
         return None
 
 
-def _column(values: Any, n: int) -> list:
-    if values is None or isinstance(values, (str, dict)):
-        return [values] * n
-    values = list(values)
-    return values + [None] * (n - len(values)) if len(values) < n else values[:n]
+def _found(completions: Any, *columns: Any) -> list[tuple]:
+    """Each completion's :func:`find_json_object`, beside its row's value of each column (a lone value: every row's)."""
+    found = [find_json_object(t) for t in completion_texts(completions)]
+    n = len(found)
+    columns = tuple([c] * n if c is None or isinstance(c, (str, dict)) else (list(c) + [None] * n)[:n] for c in columns)
+    return list(zip(found, *columns))
 
 
 def json_format_reward(completions: Any, **kwargs: Any) -> list[float]:
@@ -148,56 +140,46 @@ def json_format_reward(completions: Any, **kwargs: Any) -> list[float]:
 
 def schema_valid_reward(completions: Any, schema: Any = None, **kwargs: Any) -> list[float | None]:
     """1.0 when the object satisfies the row's ``schema``, else 0.0; ``None`` without a usable schema."""
-    texts = completion_texts(completions)
-    found = [find_json_object(t) for t in texts]
-    errors = [None if s is None else schema_errors(f.obj, s) for f, s in zip(found, _column(schema, len(texts)))]
-    return [None if e is None else float(f.obj is not None and not e) for f, e in zip(found, errors)]
+    checked = [(f, None if s is None else schema_errors(f.obj, s)) for f, s in _found(completions, schema)]
+    return [None if errors is None else float(f.obj is not None and not errors) for f, errors in checked]
 
 
 def field_match_reward(completions: Any, answer: Any = None, log_extra: Callable | None = None,
                        **kwargs: Any) -> list[float | None]:
-    """The share of the expected fields the object gets right; 0.0 without an object, ``None`` when the expected
-    answer is not an object. Logs both objects inside TRL.
+    """The share of expected fields right; 0.0 without an object, ``None`` for a non-object answer; logs both.
 
     Example:
         >>> field_match_reward(['{"name": "Ava", "quantity": 3}'], answer=['{"name": "Ava", "quantity": 2}'])
         [0.5]
     """
-    texts = completion_texts(completions)
-    found = [find_json_object(t) for t in texts]
-    out: list[float | None] = []
-    for f, want in zip(found, map(as_object, _column(answer, len(texts)))):
-        out.append(None if not want else 0.0 if f.obj is None else
-                   sum(k in f.obj and same_value(f.obj[k], v) for k, v in want.items()) / len(want))
+    rows = _found(completions, answer)
     if log_extra is not None:
-        log_extra("expected", ["" if a is None else str(a) for a in _column(answer, len(texts))])
-        log_extra("extracted", ["" if f.obj is None else json.dumps(f.obj)[:500] for f in found])
-    return out
+        log_extra("expected", ["" if a is None else str(a) for _, a in rows])
+        log_extra("extracted", ["" if f.obj is None else json.dumps(f.obj)[:500] for f, _ in rows])
+    wants = [as_object(a) for _, a in rows]
+    return [None if not want else 0.0 if f.obj is None else
+            sum(k in f.obj and same_value(f.obj[k], v) for k, v in want.items()) / len(want)
+            for (f, _), want in zip(rows, wants)]
 
 
 def exact_match_reward(completions: Any, answer: Any = None, **kwargs: Any) -> list[float | None]:
     """1.0 when the object is exactly the expected one, else 0.0; ``None`` when the answer is not an object."""
-    texts = completion_texts(completions)
-    return [None if as_object(ans) is None else float(is_exact_match(find_json_object(t).obj, ans))
-            for t, ans in zip(texts, _column(answer, len(texts)))]
+    return [None if as_object(a) is None else float(is_exact_match(f.obj, a)) for f, a in _found(completions, answer)]
 
 
 def json_extras_penalty(completions: Any, schema: Any = None, answer: Any = None, **kwargs: Any) -> list[float]:
-    """-0.25 per key the schema (else the expected object) does not know, at most -0.75, and -0.25 for text
-    around the object; 0.0 without an object.
+    """-0.25 per key unknown to the schema (else the answer), to -0.75, and -0.25 for text around; 0.0 without one.
 
     Example:
         >>> json_extras_penalty(['{"a": 1}', '{"a": 1, "z": 2} thanks', 'nothing'], answer=['{"a": 1}'] * 3)
         [0.0, -0.5, 0.0]
     """
-    texts = completion_texts(completions)
     out = []
-    for t, sch, ans in zip(texts, _column(schema, len(texts)), _column(answer, len(texts))):
-        f = find_json_object(t)
+    for f, sch, ans in _found(completions, schema, answer):
         if f.obj is None:
             out.append(0.0)
             continue
-        known = (as_object(sch) or {}).get("properties") if sch is not None else None
+        known = (as_object(sch) or {}).get("properties")
         known = known if isinstance(known, dict) else as_object(ans)
         extra = 0 if known is None else sum(k not in known for k in f.obj)
         out.append(0.0 - min(0.75, 0.25 * extra) - (0.25 if f.outside else 0.0))

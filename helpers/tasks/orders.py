@@ -1,6 +1,4 @@
-"""The JSON task: extract an order from a short message into one JSON object, generated offline in levels. Rows
-hold ``question``, ``answer`` (the object as JSON text), ``schema`` (its JSON Schema as text) and ``level``.
-"""
+"""The JSON task: extract an order from a short message into one JSON object, with messages generated in levels."""
 
 from __future__ import annotations
 
@@ -15,22 +13,15 @@ from .arithmetic import NAMES
 from .json_rewards import (as_object, exact_match_reward, field_match_reward, find_json_object, is_exact_match,
                            json_extras_penalty, json_format_reward, same_value, schema_errors, schema_valid_reward)
 
-#: ``{"``, not ``{``: the tokenizer writes ``{"`` as one token, so a prompt ending in ``{`` is no token prefix of
-#: the answer.
-JSON_PREFILL = '{"'
-NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
-                "twelve")
-MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
-          "November", "December")
-ITEMS = ("books", "lamps", "mugs", "chairs", "pens", "tickets", "shirts", "plates", "candles", "towels", "kites",
-         "notebooks")
-#: How each ``shipping`` value may be written in the text (the first is the literal one).
-SHIPPING_PHRASES = {
+JSON_PREFILL = '{"'  #: not ``{``: a tokenizer writes ``{"`` as one token, so ``{`` is no token prefix of the answer
+NUMBER_WORDS = tuple("zero one two three four five six seven eight nine ten eleven twelve".split())
+MONTHS = tuple("January February March April May June July August September October November December".split())
+ITEMS = tuple("books lamps mugs chairs pens tickets shirts plates candles towels kites notebooks".split())
+SHIPPING_PHRASES = {  #: how each ``shipping`` value may be written in the text (the first is the literal one)
     "express": ("express shipping", "next-day delivery", "overnight delivery", "the fastest delivery"),
     "standard": ("standard shipping", "regular post", "the cheapest delivery", "no rush on delivery"),
 }
-#: JSON Schema of each field the task knows; a level picks some of them.
-FIELD_SCHEMAS: dict[str, dict[str, Any]] = {
+FIELD_SCHEMAS: dict[str, dict[str, Any]] = {  #: JSON Schema of each field the task knows; a level picks some
     "name": {"type": "string", "minLength": 1, "description": "who ordered"},
     "item": {"type": "string", "minLength": 1, "description": "what was ordered, as written"},
     "quantity": {"type": "integer", "minimum": 1, "description": "how many, as a number"},
@@ -38,16 +29,20 @@ FIELD_SCHEMAS: dict[str, dict[str, Any]] = {
     "date": {"type": "string", "pattern": r"^\d{4}-\d{2}-\d{2}$", "description": "delivery date, YYYY-MM-DD"},
 }
 YEAR = 2025
+prefilled_json_format_reward = Prefilled(json_format_reward, JSON_PREFILL)
+prefilled_schema_valid_reward = Prefilled(schema_valid_reward, JSON_PREFILL)
+prefilled_field_match_reward = Prefilled(field_match_reward, JSON_PREFILL)
+prefilled_exact_match_reward = Prefilled(exact_match_reward, JSON_PREFILL)
+prefilled_json_extras_penalty = Prefilled(json_extras_penalty, JSON_PREFILL)
 
 
 @dataclass(frozen=True)
 class Level:
-    """A level: the object's fields, and how the message hides them (templates use ``{name}``, ``{qty}``,
-    ``{item}``, ``{ship}``, ``{date}``, ``{extra}``)."""
+    """A level: the object's fields, and the message templates that hide them."""
 
     description: str
     fields: tuple[str, ...]
-    templates: tuple[str, ...]
+    templates: tuple[str, ...]  # using {name}, {qty}, {item}, {ship}, {date}, {extra}
     words: float = 0.0  # share of quantities written as words
     paraphrase: bool = False  # shipping in any of its phrases, not only the literal one
     distractors: float = 0.0  # share of messages with a distracting number
@@ -95,7 +90,7 @@ def describe_schema(schema: Mapping[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def _one_order(rng: random.Random, level: Level) -> tuple[str, dict[str, Any]]:
+def _one_order(rng: random.Random, level: Level) -> dict[str, str]:
     qty, ship = rng.randint(2, 12), rng.choice(sorted(SHIPPING_PHRASES))
     month, day = rng.randint(1, 12), rng.randint(1, 28)
     values = {"name": rng.choice(NAMES), "item": rng.choice(ITEMS), "quantity": qty, "shipping": ship,
@@ -109,11 +104,12 @@ def _one_order(rng: random.Random, level: Level) -> tuple[str, dict[str, Any]]:
         name=values["name"], item=values["item"], ship=rng.choice(phrases), extra=extra,
         qty=NUMBER_WORDS[qty] if rng.random() < level.words else str(qty), date=f"{MONTHS[month - 1]} {day}, {YEAR}")
     text = " ".join(text.split())
-    return text[0].upper() + text[1:], {f: values[f] for f in level.fields}
+    return {"question": text[0].upper() + text[1:],
+            "answer": json.dumps({f: values[f] for f in level.fields}, ensure_ascii=False)}
 
 
 def generate_orders(n: int, level: str = "orders", seed: int = 0) -> list[dict[str, str]]:
-    """``n`` distinct order messages of one level with their expected objects, the same for the same seed.
+    """``n`` distinct messages of one level, the same per seed, with their object and its schema (as JSON text).
 
     Example:
         >>> row = generate_orders(1, "orders-easy", seed=1)[0]
@@ -123,20 +119,10 @@ def generate_orders(n: int, level: str = "orders", seed: int = 0) -> list[dict[s
     if level not in LEVELS:
         raise ValueError(f"Unknown level {level!r}. Valid levels: {', '.join(LEVELS)}; add your own with "
                          "helpers.tasks.orders.LEVELS['name'] = Level(...).")
-    rng, schema = random.Random(f"orders:{level}:{seed}"), json.dumps(make_schema(LEVELS[level].fields))
-
-    def draw() -> dict[str, str]:
-        text, obj = _one_order(rng, LEVELS[level])
-        return {"question": text, "answer": json.dumps(obj, ensure_ascii=False), "schema": schema, "level": level}
-
-    return distinct_rows(draw, n, f"Level {level!r}", "messages", "add templates to the level")
-
-
-prefilled_json_format_reward = Prefilled(json_format_reward, JSON_PREFILL)
-prefilled_schema_valid_reward = Prefilled(schema_valid_reward, JSON_PREFILL)
-prefilled_field_match_reward = Prefilled(field_match_reward, JSON_PREFILL)
-prefilled_exact_match_reward = Prefilled(exact_match_reward, JSON_PREFILL)
-prefilled_json_extras_penalty = Prefilled(json_extras_penalty, JSON_PREFILL)
+    rng, spec = random.Random(f"orders:{level}:{seed}"), LEVELS[level]
+    schema = json.dumps(make_schema(spec.fields))
+    rows = distinct_rows(lambda: _one_order(rng, spec), n, f"Level {level!r}", "messages", "add templates to the level")
+    return [dict(row, schema=schema, level=level) for row in rows]
 
 
 class OrdersTask(Task):
@@ -171,11 +157,10 @@ class OrdersTask(Task):
                 "field_rate": sum(right.values()) / max(1, len(right)), **{f"field: {k}": v for k, v in right.items()}}
 
     def clean_answer(self, row: Mapping[str, Any]) -> str:
-        raw = row.get("answer")
-        obj = raw if isinstance(raw, dict) else as_object(raw)
+        obj = as_object(row.get("answer"))
         if obj is None:
-            raise ValueError(f"{str(raw)[:60]!r} is not a JSON object: write one such as {{\"name\": \"Ava\"}} with "
-                             "double quotes")
+            raise ValueError(f"{str(row.get('answer'))[:60]!r} is not a JSON object: write one such as "
+                             '{"name": "Ava"} with double quotes')
         errors = schema_errors(obj, row.get("schema") or {})
         if errors is None:
             raise ValueError("the row's schema is not a valid JSON Schema: fix the schema first")

@@ -1,6 +1,4 @@
-"""The arithmetic task's ``<reasoning>``/``<answer>`` format and its hardened rewards (notebook 02 writes the plain
-ones); :func:`answer_matches` is THE rule for a right answer, shared by the rewards and the evaluation.
-"""
+"""The ``<reasoning>``/``<answer>`` format and its rewards; :func:`answer_matches` is THE rule for a right answer."""
 
 from __future__ import annotations
 
@@ -13,10 +11,15 @@ from ..rewards import Prefilled, completion_text, completion_texts
 
 REASONING_START, REASONING_END, ANSWER_START, ANSWER_END = "<reasoning>", "</reasoning>", "<answer>", "</answer>"
 TAGS = (REASONING_START, REASONING_END, ANSWER_START, ANSWER_END)
-#: What the task prefills: the opening tag and a newline.
 PREFILL = REASONING_START + "\n"
 SYSTEM_PROMPT = (f"Respond in the following format:\n{REASONING_START}\n...\n{REASONING_END}\n"
                  f"{ANSWER_START}\n...\n{ANSWER_END}")
+_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)")
+_THOUSANDS = re.compile(r"[+-]?\d{1,3}(?:,\d{3})+(?:\.\d*)?")
+_DIGIT_SPACE_DIGIT = re.compile(r"\d\s+[\d.]|[\d.]\s+\d")
+_NUMBER_IN_TEXT = re.compile(r"(?<![\w.])[+-]?\$?\d[\d,]*(?:\.\d+)?")
+_STRICT = re.compile(re.escape(REASONING_START) + r"[ \t]*\n(.*?)\n[ \t]*" + re.escape(REASONING_END) + r"\s*"
+                     + re.escape(ANSWER_START) + r"[ \t]*\n(.*?)\n[ \t]*" + re.escape(ANSWER_END), re.DOTALL)
 
 
 def reference_completion(solution: str, answer: str) -> str:
@@ -45,12 +48,6 @@ def extract_reasoning(text: Any) -> str | None:
     return _last_block(completion_text(text), REASONING_START, REASONING_END)
 
 
-_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)")
-_THOUSANDS = re.compile(r"[+-]?\d{1,3}(?:,\d{3})+(?:\.\d*)?")
-_DIGIT_SPACE_DIGIT = re.compile(r"\d\s+[\d.]|[\d.]\s+\d")
-_NUMBER_IN_TEXT = re.compile(r"(?<![\w.])[+-]?\$?\d[\d,]*(?:\.\d+)?")
-
-
 def normalize_number(text: Any) -> str | None:
     """One canonical string for a single number written as text (``$``, ``%``, ``1,000``, ``18.00``), else ``None``.
 
@@ -65,16 +62,14 @@ def normalize_number(text: Any) -> str | None:
         if _DIGIT_SPACE_DIGIT.search(s):
             return None  # "1 2" is two numbers
         s = "".join(s.split()).removesuffix(".")
-        if "," in s:
-            if not _THOUSANDS.fullmatch(s):
-                return None
-            s = s.replace(",", "")
+        if "," in s and not _THOUSANDS.fullmatch(s):
+            return None
+        s = s.replace(",", "")
         if not _NUMBER.fullmatch(s):
             return None
-        sign = "-" if s.startswith("-") else ""
         whole, _, frac = s.lstrip("+-").partition(".")
         out = (whole.lstrip("0") or "0") + ("." + frac.rstrip("0") if frac.rstrip("0") else "")
-        return out if out == "0" else sign + out
+        return "-" + out if s.startswith("-") and out != "0" else out
     except Exception:  # noqa: BLE001
         return None
 
@@ -97,16 +92,11 @@ def answer_matches(pred: Any, gold: Any) -> bool:
         >>> answer_matches("$1,080.00", "1080"), answer_matches("Paris", "Paris"), answer_matches(None, "4")
         (True, True, False)
     """
-    if pred is None or gold is None or not str(pred).strip() or not str(gold).strip():
+    if pred is None or gold is None:
         return False
-    gold_number = normalize_number(str(gold).strip())
-    if gold_number is None:
-        return str(pred).strip() == str(gold).strip()
-    return normalize_number(str(pred).strip()) == gold_number
-
-
-_STRICT = re.compile(re.escape(REASONING_START) + r"[ \t]*\n(.*?)\n[ \t]*" + re.escape(REASONING_END) + r"\s*"
-                     + re.escape(ANSWER_START) + r"[ \t]*\n(.*?)\n[ \t]*" + re.escape(ANSWER_END), re.DOTALL)
+    pred, gold = str(pred).strip(), str(gold).strip()
+    gold_number = normalize_number(gold)
+    return bool(pred) and (pred == gold if gold_number is None else normalize_number(pred) == gold_number)
 
 
 def has_strict_format(text: Any) -> bool:
@@ -135,8 +125,7 @@ def soft_format_reward(completions: Any, **kwargs: Any) -> list[float]:
 
 
 def xmlcount_reward(completions: Any, **kwargs: Any) -> list[float]:
-    """Partial credit per tag: +0.25 for each tag used once, -0.125 for each repeated one, -0.001 per
-    character after the last ``</answer>`` (at most -0.5); clamped to [-1, 1]."""
+    """Per tag +0.25 if used once, -0.125 if repeated; -0.001 a character after ``</answer>`` (to -0.5); in [-1, 1]."""
     out = []
     for t in completion_texts(completions):
         score = sum(0.25 if t.count(tag) == 1 else -0.125 if t.count(tag) > 1 else 0.0 for tag in TAGS)
@@ -169,8 +158,7 @@ def numeric_answer_reward(completions: Any, **kwargs: Any) -> list[float]:
 
 
 def partial_correctness_reward(completions: Any, answer: Sequence[Any], **kwargs: Any) -> list[float | None]:
-    """A gentler slope: 1.0 for the right answer block, 0.5 for the right number among several in it, 0.25 when
-    the *last* number anywhere is right, else 0.0; ``None`` when the gold answer is not a number.
+    """1.0 right answer block, 0.5 right number in it, 0.25 right last number anywhere; ``None`` for a non-number gold.
 
     Example:
         >>> partial_correctness_reward(["<answer>13</answer>", "<answer>5+8=13</answer>", "5 + 8 = 13",
@@ -194,10 +182,3 @@ def partial_correctness_reward(completions: Any, answer: Sequence[Any], **kwargs
 prefilled_strict_format_reward = Prefilled(strict_format_reward, PREFILL)
 prefilled_soft_format_reward = Prefilled(soft_format_reward, PREFILL)
 prefilled_xmlcount_reward = Prefilled(xmlcount_reward, PREFILL)
-
-
-def score_reasoning(text: str, answer: Any) -> dict[str, float]:
-    """The evaluation's metrics of one completion (with the prefill): ``accuracy`` (right AND in the format),
-    ``correct`` (any format) and ``format``."""
-    correct, fmt = answer_matches(extract_answer(text), answer), has_strict_format(text)
-    return {"accuracy": float(correct and fmt), "correct": float(correct), "format": float(fmt)}

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from helpers.reward_lab import RewardCase, assert_cases
 from helpers.rewards import Prefilled, completion_text
 from helpers.tasks import reasoning as R
+from helpers.tasks.arithmetic import ArithmeticTask
 from helpers.tasks.reasoning import (
     ANSWER_END,
     ANSWER_START,
@@ -38,7 +39,6 @@ from helpers.tasks.reasoning import (
     prefilled_strict_format_reward,
     prefilled_xmlcount_reward,
     reference_completion,
-    score_reasoning,
     soft_format_reward,
     strict_format_reward,
     xmlcount_reward,
@@ -308,8 +308,8 @@ def test_rewards_take_trl_call_shapes():
     ("<answer>42", "42", {"accuracy": 0.0, "correct": 0.0, "format": 0.0}),
     ("", "42", {"accuracy": 0.0, "correct": 0.0, "format": 0.0}),
 ])
-def test_score_reasoning_uses_the_rewards_rule(text, answer, expected):
-    assert score_reasoning(text, answer) == expected
+def test_the_arithmetic_score_uses_the_rewards_rule(text, answer, expected):
+    assert ArithmeticTask().score(text, {"answer": answer}) == expected
     # the same rule as the correctness and strict format rewards
     assert expected["correct"] * 2.0 == correctness_reward([text], answer=[answer])[0]
     assert expected["format"] == strict_format_reward([text])[0]
