@@ -111,6 +111,21 @@ def render() -> str:
                       "float32, so GRPO's own gains differ partly because their starts do. "
                       "One seed each: `bench/loss_types.py` shows the two seeds of one recipe differing by up to "
                       f"{spread} points, so a gap below that is noise."]
+    if (MEASURED / "step_profile.json").is_file():
+        sp = load("step_profile")
+        native, avx2, phases = sp["compare"]["native"], sp["compare"]["avx2"], sp["results"]["native/course"]["phases"]
+        share = {name: round(100 * phase["share"]) for name, phase in phases.items()}
+        lines += ["", f"One `cpu-demo` GRPO step, phase by phase (`bench/step_profile.py`, {sp['rounds']} rounds "
+                      f"interleaved): the course's settings (bf16 autocast where native, no gradient checkpointing) "
+                      f"take {native['course_s_per_step']:.1f} s against {native['today_s_per_step']:.1f} s in float32 "
+                      f"with checkpointing ({native['speedup']:.2f}x); with `ATEN_CPU_CAPABILITY=avx2` and one thread, "
+                      f"where the course picks float32 by itself, {avx2['course_s_per_step']:.1f} s against "
+                      f"{avx2['today_s_per_step']:.1f} s ({avx2['speedup']:.2f}x). Generation is {share['generation']}% "
+                      f"of the step, the loss's forward {share['logprob_loss_forward']}% and the backward "
+                      f"{share['backward']}%. Generation runs at {pct(phases['generation']['of_fp32_roofline'])} of "
+                      "the float32 matmul rate measured in the same run, and in float32 even with bf16=True: "
+                      "accelerate's autocast wraps only `model.forward`, and TRL samples through `generate` "
+                      "(`tests/test_training.py` checks it). That is the largest part of the step still open."]
     if (MEASURED / "learning_json.json").is_file():
         js = load("learning_json")
         w, a, b = js["after_warmup"], js["after"], js["before"]
