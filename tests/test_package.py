@@ -30,6 +30,11 @@ def sibling_imports(name: str, path: Path) -> set[str]:
     return {m for m in found if m in MODULES and m != name}
 
 
+def import_graph() -> dict[str, set[str]]:
+    """Each helpers module and the helpers modules it imports at module level."""
+    return {name: sibling_imports(name, path) for name, path in MODULES.items()}
+
+
 def test_helpers_stays_a_package_a_newcomer_reads_in_an_afternoon():
     lines = {name: len(path.read_text().splitlines()) for name, path in MODULES.items()}
     # Issue 17 asked for ~3,600 lines before issue 18 added grpo_loss.py (notebook 06's save point, ~200 lines).
@@ -40,7 +45,7 @@ def test_helpers_stays_a_package_a_newcomer_reads_in_an_afternoon():
 
 
 def test_no_import_cycle_between_helpers_modules():
-    graph = {name: sibling_imports(name, path) for name, path in MODULES.items()}
+    graph = import_graph()
     assert graph["helpers.profiles"] >= {"helpers.machine", "helpers.tasks"}, graph["helpers.profiles"]
 
     def visit(name: str, trail: tuple[str, ...]) -> None:
@@ -58,7 +63,7 @@ HEAVY_BY_NATURE = {"helpers.callbacks": "subclasses transformers.TrainerCallback
 
 
 def test_importing_a_module_loads_no_heavy_library_unless_it_must():
-    graph = {name: sibling_imports(name, path) for name, path in MODULES.items()}
+    graph = import_graph()
 
     def heavy(name: str) -> bool:
         return name in HEAVY_BY_NATURE or any(heavy(child) for child in graph[name])

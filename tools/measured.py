@@ -103,7 +103,8 @@ def render() -> str:
         mine = "bf16 autocast" if learning.get("precision", {}).get("bf16") else "float32"
         lines += ["", f"Precision on the same recipe (`bench/learning.py --precision fp32`, the same "
                       f"{fp['steps']} GRPO steps, seed {fp['recipe']['seed']}, one run each): with "
-                      f"{mine} (what this CPU picks) GRPO reached {pct(after['accuracy'])} at {learning['seconds_per_step']:.1f} s a step; "
+                      f"{mine} (what this CPU picks) GRPO reached {pct(after['accuracy'])} at "
+                      f"{learning['seconds_per_step']:.1f} s a step; "
                       f"in float32 {pct(fp['after']['accuracy'])} at {fp['seconds_per_step']:.1f} s a step, "
                       f"format {pct(rate(fp['after'], 'format'))}. The 16-example warm-up differed more: "
                       f"{pct(warm['accuracy'])} accuracy and {pct(rate(warm, 'format'))} format with {mine}, "
@@ -113,16 +114,17 @@ def render() -> str:
                       f"{spread} points, so a gap below that is noise."]
     if (MEASURED / "step_profile.json").is_file():
         sp = load("step_profile")
-        native, avx2, phases = sp["compare"]["native"], sp["compare"]["avx2"], sp["results"]["native/course"]["phases"]
+        native, avx2 = sp["compare"]["native"], sp["compare"]["avx2"]
+        phases = sp["results"]["native/course"]["phases"]
         share = {name: round(100 * phase["share"]) for name, phase in phases.items()}
         lines += ["", f"One `cpu-demo` GRPO step, phase by phase (`bench/step_profile.py`, {sp['rounds']} rounds "
                       f"interleaved): the course's settings (bf16 autocast where native, no gradient checkpointing) "
-                      f"take {native['course_s_per_step']:.1f} s against {native['today_s_per_step']:.1f} s in float32 "
-                      f"with checkpointing ({native['speedup']:.2f}x); with `ATEN_CPU_CAPABILITY=avx2` and one thread, "
-                      f"where the course picks float32 by itself, {avx2['course_s_per_step']:.1f} s against "
-                      f"{avx2['today_s_per_step']:.1f} s ({avx2['speedup']:.2f}x). Generation is {share['generation']}% "
-                      f"of the step, the loss's forward {share['logprob_loss_forward']}% and the backward "
-                      f"{share['backward']}%. Generation runs at {pct(phases['generation']['of_fp32_roofline'])} of "
+                      f"take {native['course_s_per_step']:.1f} s against {native['today_s_per_step']:.1f} s in "
+                      f"float32 with checkpointing ({native['speedup']:.2f}x); with `ATEN_CPU_CAPABILITY=avx2` and "
+                      f"one thread, where the course picks float32 by itself, {avx2['course_s_per_step']:.1f} s "
+                      f"against {avx2['today_s_per_step']:.1f} s ({avx2['speedup']:.2f}x). Generation is "
+                      f"{share['generation']}% of the step, the loss's forward {share['logprob_loss_forward']}% and "
+                      f"the backward {share['backward']}%. Generation runs at {pct(phases['generation']['of_fp32_roofline'])} of "
                       "the float32 matmul rate measured in the same run, and in float32 even with bf16=True: "
                       "accelerate's autocast wraps only `model.forward`, and TRL samples through `generate` "
                       "(`tests/test_training.py` checks it). That is the largest part of the step still open."]

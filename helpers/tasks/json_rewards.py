@@ -123,8 +123,9 @@ def _found(completions: Any, *columns: Any) -> list[tuple]:
     """Each completion's :func:`find_json_object`, beside its row's value of each column (a lone value: every row's)."""
     found = [find_json_object(t) for t in completion_texts(completions)]
     n = len(found)
-    columns = tuple([c] * n if c is None or isinstance(c, (str, dict)) else (list(c) + [None] * n)[:n] for c in columns)
-    return list(zip(found, *columns))
+    aligned = [[c] * n if c is None or isinstance(c, (str, dict)) else (list(c) + [None] * n)[:n]
+               for c in columns]  # a lone value (None, a text, an object) stands for every row
+    return list(zip(found, *aligned))
 
 
 def json_format_reward(completions: Any, **kwargs: Any) -> list[float]:
