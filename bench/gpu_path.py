@@ -159,7 +159,7 @@ def load_model(profile: Any, base: Path, bnb: bool) -> tuple[Any, Any]:
 
     spec = dataclasses.replace(get_model_spec(profile.model), unsloth_id=str(base))
     profile = profile.with_overrides(load_in_4bit=profile.load_in_4bit and bnb)
-    model, tok = hm._load_unsloth(profile, spec, None, True)
+    model, tok = hm._load_unsloth(profile, spec, None, True, False)
     hm.prepare_tokenizer(tok, model)
     from helpers.tasks import get_task
 

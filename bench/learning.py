@@ -17,8 +17,9 @@ unbiased estimator (``helpers.evaluation.pass_at_k``). Prints ONE JSON object:
 
 The profile's time budget (10 minutes on cpu-demo) covers the warm-up and GRPO; the evaluations are not
 counted. Progress goes to stderr. Not a test: it never gates CI. ``--set`` overrides profile fields;
-``--precision`` overrides what ``helpers.training.precision`` picks for this machine (bf16 autocast on a CPU
-with native bf16, float32 elsewhere), to compare the two on one recipe.
+``--precision`` overrides what ``helpers.training.precision`` picks for this machine (on a CPU with native bf16:
+the frozen base in bf16, LoRA in float32, bf16 autocast; float32 elsewhere), to compare the two on one recipe.
+The evaluations run on the model as trained (a bf16 base where picked; notebook 04 evaluates in float32).
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ def main() -> int:
     load_start = os.getloadavg()[0]
     say(f"task {task.name}, profile {profile.name}, run {run}, threads {torch.get_num_threads()}, load {load_start:.1f}")
 
-    model, tok = load_model(profile)
+    model, tok = load_model(profile, bf16=training.precision(profile, None)["bf16"])  # notebook 03's base dtype
     held_out = ensure_prepared(profile, run, tokenizer=tok, verbose=False)["eval"]
     kwargs = get_model_spec(profile.model).chat_template_kwargs
     sample = held_out.select(range(min(args.passk_prompts, held_out.num_rows)))

@@ -46,11 +46,16 @@ from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: GRPOConfig values on top of ``grpo_kwargs`` (``{}``: the course's settings as they are now).
+#: GRPOConfig values on top of ``grpo_kwargs`` (``{}``: the course's settings as they are now), and two loading
+#: choices: ``base_bf16`` (the frozen base in bf16; None: what the course picks, ``config.bf16``) and ``head_fix``
+#: (``helpers.models.contiguous_head_input``, on in the course).
 VARIANTS: dict[str, dict[str, Any]] = {
-    "today": {"bf16": False, "fp16": False, "gradient_checkpointing": True},  # the settings before issue 19
+    "today": {"bf16": False, "fp16": False, "gradient_checkpointing": True, "base_bf16": False,
+              "head_fix": False},  # the settings before issue 19
     "course": {},
-    "gc_off_fp32": {"bf16": False, "fp16": False, "gradient_checkpointing": False},
+    "autocast_only": {"base_bf16": False, "head_fix": False},  # bf16 autocast on a float32 base (the course until now)
+    "no_head_fix": {"head_fix": False},
+    "gc_off_fp32": {"bf16": False, "fp16": False, "gradient_checkpointing": False, "base_bf16": False},
     "bf16_gc_on": {"bf16": True, "fp16": False, "gradient_checkpointing": True},
 }
 MACHINES: dict[str, dict[str, str]] = {
@@ -250,12 +255,18 @@ def worker(args: argparse.Namespace) -> int:
     profile = get_profile(args.profile, task=args.task, time_budget_minutes=None)
     run = Path(tempfile.mkdtemp(prefix="step-profile-", dir=args.workdir))
     roof = roofline()
-    model, tok = load_model(profile, adapter=args.adapter)
+    variant = dict(VARIANTS[args.worker])
+    base_bf16, head_fix = variant.pop("base_bf16", None), variant.pop("head_fix", True)
+    steps = args.steps + (1 if args.torch_profile else 0)  # the profiled step is extra, and not timed
+    kwargs = {**grpo_kwargs(profile, run), **variant, "max_steps": steps, "save_strategy": "no"}
+    config = GRPOConfig(**kwargs)
+    model, tok = load_model(profile, adapter=args.adapter, bf16=config.bf16 if base_bf16 is None else base_bf16)
+    if not head_fix:  # undo helpers.models.contiguous_head_input
+        head = model.get_output_embeddings()
+        head._forward_pre_hooks.clear()
+        head._course_contiguous = False
     data = ensure_prepared(profile, Path(args.workdir) / "data", tokenizer=tok, verbose=False)
     rewards = get_task(profile.task).rewards_for(profile.task_level)
-    steps = args.steps + (1 if args.torch_profile else 0)  # the profiled step is extra, and not timed
-    kwargs = {**grpo_kwargs(profile, run), **VARIANTS[args.worker], "max_steps": steps, "save_strategy": "no"}
-    config = GRPOConfig(**kwargs)
     if args.worker == "course":
         check_config(config, profile)
     trainer = GRPOTrainer(model=model, processing_class=tok, reward_funcs=[f for f, _ in rewards], args=config,
@@ -275,7 +286,7 @@ def worker(args: argparse.Namespace) -> int:
         "settings": {"bf16": config.bf16, "fp16": config.fp16, "gradient_checkpointing": config.gradient_checkpointing,
                      "autocast": bool(trainer.accelerator.native_amp), "threads": torch.get_num_threads(),
                      "cpu_capability": torch.backends.cpu.get_cpu_capability(), "cpu_bf16": cpu_bf16(),
-                     "weights": str(next(model.parameters()).dtype)}}))
+                     "weights": str(next(model.parameters()).dtype), "head_fix": head_fix}}))
     return 0
 
 

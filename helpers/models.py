@@ -127,6 +127,22 @@ def load_tokenizer(profile: Profile) -> Any:
     return install_prefill(prepare_tokenizer(tok), get_task(profile.task).prefill)
 
 
+def _contiguous(module: Any, args: tuple) -> tuple:
+    return (args[0].contiguous(), *args[1:])
+
+
+def contiguous_head_input(model: Any) -> Any:
+    """Give the LM head contiguous hidden states (once per model): a CPU speed fix, the same logits.
+
+    Generation's last token and TRL's completion tokens reach the head as a slice; on a CPU torch's matmul then copies
+    the vocabulary matrix once per sequence (``bench/step_profile.py``: about 1 s per call in bf16, not 7 ms)."""
+    head = model.get_output_embeddings()
+    if not getattr(head, "_course_contiguous", False):
+        head.register_forward_pre_hook(_contiguous)
+        head._course_contiguous = True
+    return model
+
+
 def import_unsloth(profile: Profile) -> None:
     """On a GPU profile, import Unsloth before any TRL config is built: it patches TRL at import (unsloth #3931)."""
     if profile.backend == "unsloth" and installed("unsloth"):
@@ -134,23 +150,28 @@ def import_unsloth(profile: Profile) -> None:
 
 
 def load_model(profile: Profile, adapter: str | Path | None = None, lora: bool = True,
-               prefill: str | None = None) -> tuple[Any, Any]:
-    """``(model, tokenizer)`` as notebook 03 loads them; ``prefill``: None for the task's, ``""`` for none."""
+               prefill: str | None = None, bf16: bool = False) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` as notebook 03 loads them; ``prefill``: None for the task's, ``""`` for none.
+
+    ``bf16`` (CPU profiles): the frozen base in bfloat16, for training under bf16 autocast; LoRA stays float32."""
     spec = get_model_spec(profile.model)
-    model, tok = (_load_unsloth if profile.backend == "unsloth" else _load_transformers)(profile, spec, adapter, lora)
+    load = _load_unsloth if profile.backend == "unsloth" else _load_transformers
+    model, tok = load(profile, spec, adapter, lora, bf16)
     prepare_tokenizer(tok, model)
     install_prefill(tok, get_task(profile.task).prefill if prefill is None else prefill)
     return model, tok
 
 
-def _load_transformers(profile: Profile, spec: ModelSpec, adapter: str | Path | None, lora: bool) -> tuple[Any, Any]:
+def _load_transformers(profile: Profile, spec: ModelSpec, adapter: str | Path | None, lora: bool,
+                       bf16: bool) -> tuple[Any, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig
+    dtype = torch.bfloat16 if bf16 else torch.float32
     quantization = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
-                                      bnb_4bit_compute_dtype=torch.float32) if profile.load_in_4bit else None
+                                      bnb_4bit_compute_dtype=dtype) if profile.load_in_4bit else None
     torch.manual_seed(profile.seed)
-    model = AutoModelForCausalLM.from_pretrained(model_source(spec), dtype=torch.float32,
-                                                 quantization_config=quantization)
+    model = contiguous_head_input(AutoModelForCausalLM.from_pretrained(model_source(spec), dtype=dtype,
+                                                                       quantization_config=quantization))
     tok = AutoTokenizer.from_pretrained(str(adapter) if adapter is not None else model_source(spec))
     if adapter is not None:
         from peft import PeftModel
@@ -162,7 +183,8 @@ def _load_transformers(profile: Profile, spec: ModelSpec, adapter: str | Path | 
     return model, tok
 
 
-def _load_unsloth(profile: Profile, spec: ModelSpec, adapter: str | Path | None, lora: bool) -> tuple[Any, Any]:
+def _load_unsloth(profile: Profile, spec: ModelSpec, adapter: str | Path | None, lora: bool,
+                  bf16: bool) -> tuple[Any, Any]:  # bf16 unused: Unsloth picks the dtype for the GPU it finds
     if spec.unsloth_id is None:
         raise ValueError(f"Model {spec.key!r} has no Unsloth id; on a GPU profile choose a Qwen or Gemma model "
                          "(COURSE_MODEL=qwen2.5-1.5b).")

@@ -209,8 +209,8 @@ def train_grpo(profile: Profile, run: str | Path, model: Any = None, tokenizer: 
     from transformers import PrinterCallback
     from trl import GRPOTrainer
     start, run = budget_start or time.time(), Path(run)
-    if model is None:
-        model, tokenizer = load_model(profile)
+    if model is None:  # on a CPU with native bf16, the frozen base in bf16 (notebook 03's loading cell)
+        model, tokenizer = load_model(profile, bf16=precision(profile, None)["bf16"])
     rewards = get_task(profile.task).rewards_for(profile.task_level)
     config = grpo_config(profile, run)
     checkpoint = last_checkpoint(run) if resume else None

@@ -104,3 +104,21 @@ def test_the_instructor_guide_quotes_only_times_the_profiles_and_plan_support():
 
 def test_the_readme_links_the_instructor_guide():
     assert "(docs/instructor.md)" in README.read_text()
+
+
+def test_the_notebooks_cite_the_learning_benchmark_as_it_printed():
+    """Notebook 00 quotes its step time, notebook 04 its accuracies and format rates."""
+    import json
+
+    from tools.measured import pct, rate
+
+    def text(name):
+        cells = json.loads((project_root() / "notebooks" / f"{name}.ipynb").read_text())["cells"]
+        return " ".join(" ".join("".join(c["source"]) for c in cells).split())
+
+    bench = load("learning")
+    sides = [bench["before"], bench["after_warmup"], bench["after"]]
+    assert (f"is {bench['seconds_per_step']:.1f} s a step: {bench['steps']} of the {bench['recipe']['max_steps']} "
+            "steps") in text("00_setup")
+    assert ("accuracy {} (base), {} (after warm-up), {} (after GRPO); format {}, {}, {}.".format(
+        *[pct(s["accuracy"]) for s in sides], *[pct(rate(s, "format")) for s in sides])) in text("04_merge_and_inference")

@@ -17,6 +17,7 @@ from helpers.models import (
     COMPLETE_MARKER,
     BundledModelError,
     bundled_model_path,
+    contiguous_head_input,
     end_of_turn,
     load_model,
     load_tokenizer,
@@ -205,6 +206,39 @@ def test_load_model_cpu_gives_lora_a_bare_model_and_reloads_an_adapter(tmp_path)
     assert render(plain, build_prompt("2+2?")).endswith("<|im_start|>assistant\n")
     _, orders = load_model(get_profile("cpu-smoke", task="json"), lora=False)
     assert installed_prefill(orders) == '{"'  # the default: the profile's task's prefill
+
+
+def test_the_head_gets_contiguous_hidden_states_and_gives_the_same_logits():
+    """TRL and generate hand the LM head a slice; the hook copies the slice, not the vocabulary matrix."""
+    import torch
+
+    class Tiny(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.head = torch.nn.Linear(8, 50, bias=False)
+
+        def get_output_embeddings(self):
+            return self.head
+
+    model, seen = Tiny(), []
+    hidden = torch.randn(3, 7, 8)[:, -2:, :]  # the last two positions: a non-contiguous view
+    before = model.head(hidden)
+    assert contiguous_head_input(contiguous_head_input(model)) is model  # once per model
+    assert len(model.head._forward_pre_hooks) == 1
+    model.head.register_forward_pre_hook(lambda module, args: seen.append(args[0].is_contiguous()))
+    assert not hidden.is_contiguous() and torch.equal(model.head(hidden), before) and seen == [True]
+
+
+@pytest.mark.slow
+def test_load_model_bf16_keeps_the_base_in_bf16_and_lora_in_float32():
+    """Notebook 03 on a CPU with native bf16: the frozen base in bf16, PEFT's LoRA weights in float32."""
+    import torch
+
+    model, _ = load_model(get_profile("cpu-smoke"), bf16=True)
+    dtypes = {("lora_" in name, p.dtype) for name, p in model.named_parameters()}
+    assert dtypes == {(False, torch.bfloat16), (True, torch.float32)}
+    assert all(p.dtype == torch.float32 for p in model.parameters() if p.requires_grad)
+    assert model.get_output_embeddings()._course_contiguous  # the CPU head fix, on every load
 
 
 @pytest.mark.slow

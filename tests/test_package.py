@@ -77,3 +77,23 @@ def test_importing_a_module_loads_no_heavy_library_unless_it_must():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=PACKAGE.parent).stdout.strip()
     assert out == "", f"importing {light} loads {out}: import it inside the function that needs it"
+
+
+def test_every_helpers_name_the_course_text_cites_exists():
+    """README, the instructor guide and the notebooks cite ``helpers.<module>.<name>``: each must resolve."""
+    import importlib
+    import json
+    import re
+
+    root = PACKAGE.parent
+    texts = {p.name: p.read_text() for p in [root / "README.md", *sorted((root / "docs").glob("*.md"))]}
+    for nb in sorted((root / "notebooks").glob("*.ipynb")):
+        texts[nb.name] = "\n".join("".join(c["source"]) for c in json.loads(nb.read_text())["cells"])
+    cited = {(where, m.group(1), m.group(2)) for where, text in texts.items()
+             for m in re.finditer(r"\bhelpers\.((?:tasks\.)?[a-z_]+)\.([A-Za-z_]\w*)", text)}
+    assert len(cited) > 30  # the pattern finds the citations
+    missing = [f"{where}: helpers.{module}.{name}" for where, module, name in sorted(cited)
+               if f"helpers.{module}.{name}" not in MODULES  # a module (helpers.tasks.orders) or a name in one
+               and (f"helpers.{module}" not in MODULES
+                    or not hasattr(importlib.import_module(f"helpers.{module}"), name))]
+    assert not missing, missing

@@ -491,29 +491,35 @@ def test_ensure_adapter_trains_the_json_task_by_its_profile_alone(tmp_path, caps
 
 
 @pytest.mark.slow
-def test_a_bf16_cpu_trains_with_autocast_and_float32_weights(tmp_path, monkeypatch):
-    """bf16=True on a CPU is accelerate's autocast around the forward; the LoRA and base weights stay float32.
-    TRL samples the completions in float32: accelerate wraps only the top-level ``model.forward``
-    (accelerate/accelerator.py:1825-1835) and PEFT's ``generate`` calls the inner model (notebooks 00, 03, 06).
-    (On a CPU without native bf16 the same autocast runs emulated: slower, the same dtypes.)"""
+def test_a_bf16_cpu_trains_on_a_bf16_base_with_float32_lora(tmp_path, monkeypatch):
+    """bf16 on a CPU: the frozen base loaded in bf16 (train_grpo asks load_model for it), LoRA in float32, and
+    accelerate's autocast around the loss's forward. Sampling, which autocast does not reach (accelerate wraps only
+    the top-level ``model.forward``, accelerate/accelerator.py:1825-1835), runs in bf16 too because the base weights
+    are bf16 (notebooks 00, 03, 06)."""
     import math
 
     import torch
 
-    from helpers.models import load_model
     from helpers.training import train_grpo
 
     monkeypatch.setattr(training, "cpu_bf16", lambda: True)  # what precision() picks on an AMX/AVX512-BF16 CPU
     profile = get_profile("cpu-smoke", max_steps=1, time_budget_minutes=None)
-    model, tokenizer = load_model(profile)
-    layer = next(m for name, m in model.named_modules() if name.endswith("q_proj.base_layer"))
     seen = []  # (grad enabled: training, not sampling; the output dtype) of every call
-    layer.register_forward_hook(lambda module, args, output: seen.append((torch.is_grad_enabled(), output.dtype)))
-    out = train_grpo(profile, tmp_path, model=model, tokenizer=tokenizer)  # the warm-up too
+    real_load = training.load_model
+
+    def load_and_hook(*args, **kwargs):
+        model, tokenizer = real_load(*args, **kwargs)
+        layer = next(m for name, m in model.named_modules() if name.endswith("q_proj.base_layer"))
+        layer.register_forward_hook(lambda module, args, output: seen.append((torch.is_grad_enabled(), output.dtype)))
+        return model, tokenizer
+
+    monkeypatch.setattr(training, "load_model", load_and_hook)
+    out = train_grpo(profile, tmp_path)  # the warm-up too
     trainer = out["trainer"]
     assert trainer.args.bf16 and trainer.accelerator.native_amp and not trainer.args.gradient_checkpointing
-    assert {p.dtype for p in out["model"].parameters()} == {torch.float32}
+    assert {p.dtype for p in out["model"].parameters() if p.requires_grad} == {torch.float32}
+    assert {p.dtype for p in out["model"].parameters() if not p.requires_grad} == {torch.bfloat16}
     assert {dtype for grad, dtype in seen if grad} == {torch.bfloat16}  # the warm-up's and the loss's forwards
     sampling = [dtype for grad, dtype in seen if not grad]
-    assert len(sampling) >= 2 and set(sampling) == {torch.float32}  # the prompt, then a call per new token
+    assert len(sampling) >= 2 and set(sampling) == {torch.bfloat16}  # the prompt, then a call per new token
     assert math.isfinite(next(h["loss"] for h in trainer.state.log_history if "loss" in h))

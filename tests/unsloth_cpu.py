@@ -52,7 +52,7 @@ def import_unsloth_as_on_a_t4(profile=None) -> None:
     _PATCHED.append(True)
 
 
-def cpu_stand_in_for_fast_language_model(profile, spec, adapter, lora):
+def cpu_stand_in_for_fast_language_model(profile, spec, adapter, lora, bf16=False):
     """helpers.models._load_unsloth on a CPU: the bundled model with PEFT LoRA, after Unsloth's patch."""
     import types
 
@@ -62,7 +62,7 @@ def cpu_stand_in_for_fast_language_model(profile, spec, adapter, lora):
 
     helpers.models.import_unsloth(profile)
     cpu = profile.with_overrides(model="smollm2-135m", backend="transformers", load_in_4bit=False)
-    model, tok = _load_transformers(cpu, get_model_spec("smollm2-135m"), adapter, lora)
+    model, tok = _load_transformers(cpu, get_model_spec("smollm2-135m"), adapter, lora, False)  # float32 (bf16 is not Unsloth's choice here)
     model.for_training = types.MethodType(lambda self, *a, **k: self.train(), model)
     model.for_inference = types.MethodType(lambda self, *a, **k: self.eval(), model)
     return model, tok

@@ -100,12 +100,13 @@ def render() -> str:
     if (MEASURED / "learning_fp32.json").is_file():
         fp = load("learning_fp32")
         spread = round(100 * max(max(v) - min(v) for v in loss_type_finals(load("loss_types")).values()))
-        mine = "bf16 autocast" if learning.get("precision", {}).get("bf16") else "float32"
-        lines += ["", f"Precision on the same recipe (`bench/learning.py --precision fp32`, the same "
-                      f"{fp['steps']} GRPO steps, seed {fp['recipe']['seed']}, one run each): with "
-                      f"{mine} (what this CPU picks) GRPO reached {pct(after['accuracy'])} at "
-                      f"{learning['seconds_per_step']:.1f} s a step; "
-                      f"in float32 {pct(fp['after']['accuracy'])} at {fp['seconds_per_step']:.1f} s a step, "
+        mine = "bf16" if learning.get("precision", {}).get("bf16") else "float32"
+        same = "the same " if fp["steps"] == learning["steps"] else ""
+        lines += ["", f"Precision on the same recipe (`bench/learning.py --precision fp32`, seed "
+                      f"{fp['recipe']['seed']}, one run each): with {mine} (what this CPU picks) GRPO reached "
+                      f"{pct(after['accuracy'])} in {learning['steps']} steps at "
+                      f"{learning['seconds_per_step']:.1f} s a step; in float32 {pct(fp['after']['accuracy'])} "
+                      f"in {same}{fp['steps']} steps at {fp['seconds_per_step']:.1f} s a step, "
                       f"format {pct(rate(fp['after'], 'format'))}. The 16-example warm-up differed more: "
                       f"{pct(warm['accuracy'])} accuracy and {pct(rate(warm, 'format'))} format with {mine}, "
                       f"{pct(fp['after_warmup']['accuracy'])} and {pct(rate(fp['after_warmup'], 'format'))} in "
@@ -114,20 +115,28 @@ def render() -> str:
                       f"{spread} points, so a gap below that is noise."]
     if (MEASURED / "step_profile.json").is_file():
         sp = load("step_profile")
-        native, avx2 = sp["compare"]["native"], sp["compare"]["avx2"]
-        phases = sp["results"]["native/course"]["phases"]
+        native, avx2, res = sp["compare"]["native"], sp["compare"]["avx2"], sp["results"]
+        phases = res["native/course"]["phases"]
         share = {name: round(100 * phase["share"]) for name, phase in phases.items()}
+        wall = {name: res[f"native/{name}"]["step"]["wall_s"] for name in ("autocast_only", "no_head_fix")
+                if f"native/{name}" in res}
         lines += ["", f"One `cpu-demo` GRPO step, phase by phase (`bench/step_profile.py`, {sp['rounds']} rounds "
-                      f"interleaved): the course's settings (bf16 autocast where native, no gradient checkpointing) "
-                      f"take {native['course_s_per_step']:.1f} s against {native['today_s_per_step']:.1f} s in "
+                      f"interleaved): the course's settings (on this CPU: the frozen base in bf16, LoRA in float32, "
+                      f"bf16 autocast, `contiguous_head_input`, no gradient checkpointing) take "
+                      f"{native['course_s_per_step']:.1f} s against {native['today_s_per_step']:.1f} s in "
                       f"float32 with checkpointing ({native['speedup']:.2f}x); with `ATEN_CPU_CAPABILITY=avx2` and "
                       f"one thread, where the course picks float32 by itself, {avx2['course_s_per_step']:.1f} s "
-                      f"against {avx2['today_s_per_step']:.1f} s ({avx2['speedup']:.2f}x). Generation is "
-                      f"{share['generation']}% of the step, the loss's forward {share['logprob_loss_forward']}% and "
-                      f"the backward {share['backward']}%. Generation runs at {pct(phases['generation']['of_fp32_roofline'])} of "
-                      "the float32 matmul rate measured in the same run, and in float32 even with bf16=True: "
-                      "accelerate's autocast wraps only `model.forward`, and TRL samples through `generate` "
-                      "(`tests/test_training.py` checks it). That is the largest part of the step still open."]
+                      f"against {avx2['today_s_per_step']:.1f} s ({avx2['speedup']:.2f}x)."
+                  + (f" In the same run bf16 autocast on a float32 base (the course's previous setting) took "
+                     f"{wall['autocast_only']:.1f} s, and the bf16 base without the head fix "
+                     f"{wall['no_head_fix']:.1f} s: a bf16 base hands the LM head a bf16 slice, which torch's CPU "
+                     "matmul multiplies by copying the vocabulary matrix once per sequence."
+                     if len(wall) == 2 else "")
+                  + f" Generation is {share['generation']}% of the step, the loss's forward "
+                    f"{share['logprob_loss_forward']}% and the backward {share['backward']}%; generation runs at "
+                    f"{pct(phases['generation']['of_fp32_roofline'])} of the float32 matmul rate measured in the "
+                    "same run: at 16 sequences a decoding step is small matrices and per-op overhead. That is the "
+                    "largest part of the step still open."]
     if (MEASURED / "learning_json.json").is_file():
         js = load("learning_json")
         w, a, b = js["after_warmup"], js["after"], js["before"]
