@@ -261,10 +261,8 @@ def worker(args: argparse.Namespace) -> int:
     kwargs = {**grpo_kwargs(profile, run), **variant, "max_steps": steps, "save_strategy": "no"}
     config = GRPOConfig(**kwargs)
     model, tok = load_model(profile, adapter=args.adapter, bf16=config.bf16 if base_bf16 is None else base_bf16)
-    if not head_fix:  # undo helpers.models.contiguous_head_input
-        head = model.get_output_embeddings()
-        head._forward_pre_hooks.clear()
-        head._course_contiguous = False
+    if not head_fix:  # undo helpers.models.contiguous_head_input, and only its hook
+        model.get_output_embeddings()._course_contiguous.remove()
     data = ensure_prepared(profile, Path(args.workdir) / "data", tokenizer=tok, verbose=False)
     rewards = get_task(profile.task).rewards_for(profile.task_level)
     if args.worker == "course":

@@ -137,9 +137,8 @@ def contiguous_head_input(model: Any) -> Any:
     Generation's last token and TRL's completion tokens reach the head as a slice; on a CPU torch's matmul then copies
     the vocabulary matrix once per sequence (``bench/step_profile.py``: about 1 s per call in bf16, not 7 ms)."""
     head = model.get_output_embeddings()
-    if not getattr(head, "_course_contiguous", False):
-        head.register_forward_pre_hook(_contiguous)
-        head._course_contiguous = True
+    if getattr(head, "_course_contiguous", None) is None:  # the hook's handle: ``.remove()`` undoes it
+        head._course_contiguous = head.register_forward_pre_hook(_contiguous)
     return model
 
 
