@@ -97,7 +97,33 @@ def render() -> str:
            + ", ".join(f"{SIDE.get(side, side)} {pct(c['1'])} → {pct(c[str(k)])}" for side, c in passk.items())
            + "." if passk else ""),
     ]
-    if (MEASURED / "learning_fp32.json").is_file():
+    if (MEASURED / "learning_seeds.json").is_file():
+        ls = load("learning_seeds")
+        bp, paired, n, fp = ls["by_precision"], ls["paired"], len(ls["seeds"]), load("learning_fp32")
+        low_format = min(bp[p]["format"]["min"] for p in bp)
+
+        def span(p: str, m: str, points: bool = False) -> str:
+            f = (lambda x: f"{100 * x:+.1f}") if points else pct
+            return f"{f(bp[p][m]['mean'])} ({f(bp[p][m]['min'])} to {f(bp[p][m]['max'])})"
+
+        lines += ["", f"bf16 against float32 on the same recipe (`bench/learning_seeds.py`: seeds "
+                      f"{', '.join(map(str, ls['seeds']))}, {ls['steps']} GRPO steps each, the mean and the range of "
+                      f"{n} runs): after GRPO {span('bf16', 'after')} with bf16 (what this CPU picks), "
+                      f"{span('fp32', 'after')} in float32; after the warm-up {span('bf16', 'after_warmup')} and "
+                      f"{span('fp32', 'after_warmup')}; GRPO's own gain {span('bf16', 'grpo_gain', True)} and "
+                      f"{span('fp32', 'grpo_gain', True)} points; format after GRPO "
+                      f"{'' if low_format == 1 else 'at least '}{pct(low_format)} in every run. Seed 3407's two runs are "
+                      f"`learning.json` ({learning['seconds_per_step']:.1f} s a step) and `learning_fp32.json` "
+                      f"({fp['seconds_per_step']:.1f} s a step). Seed by seed, bf16 minus "
+                      f"float32 after GRPO: {', '.join(f'{100 * d:+.1f}' for d in paired['after'])} points. "
+                      f"So bf16 is not shown to learn as well: its mean is "
+                      f"{100 * (bp['fp32']['after']['mean'] - bp['bf16']['after']['mean']):.1f} points lower and its "
+                      f"runs spread over {100 * (bp['bf16']['after']['max'] - bp['bf16']['after']['min']):.1f} points "
+                      f"against {100 * (bp['fp32']['after']['max'] - bp['fp32']['after']['min']):.1f} in float32, "
+                      f"and the {pct(after['accuracy'])} above is the best of its {n} seeds. With {n} seeds it cannot "
+                      "be called worse either. The course keeps bf16 where the CPU computes it for the faster "
+                      "step; notebook 03 says how to train in float32 instead."]
+    elif (MEASURED / "learning_fp32.json").is_file():
         fp = load("learning_fp32")
         spread = round(100 * max(max(v) - min(v) for v in loss_type_finals(load("loss_types")).values()))
         mine = "bf16" if learning.get("precision", {}).get("bf16") else "float32"

@@ -1,0 +1,76 @@
+"""bf16 against float32 on one recipe, over several seeds: is the difference bigger than the seeds' own spread?
+
+    python bench/learning_seeds.py [--seeds 3407 1 2] [--precisions bf16 fp32] [--steps 74] [--task arithmetic]
+                                   [--out DIR]
+
+Runs ``bench/learning.py`` once per (precision, seed), each for exactly ``--steps`` GRPO steps (no time budget, so
+both precisions train the same number of steps whatever their speed; pass@k off), and keeps each run's JSON in
+``--out`` (a run whose JSON is there already is not repeated: an interrupted sweep resumes). Prints ONE JSON object:
+
+    {"task", "steps", "seeds", "runs": [{"precision", "seed", "after_warmup", "after", "grpo_gain", "format",
+     "seconds_per_step"}], "by_precision": {p: {metric: {"mean", "min", "max"}}},
+     "paired": {metric: [bf16 - fp32 for each seed]}}
+
+Not a test: it never gates CI. Each run takes 12-17 minutes on the project's 2-core machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+METRICS = ("after_warmup", "after", "grpo_gain", "format")
+
+
+def summary(run: dict) -> dict:
+    """The numbers this bench compares, from one ``bench/learning.py`` output."""
+    head, fmt = run["headline"], run["format_metric"]
+    return {"after_warmup": run["after_warmup"][head] if run["after_warmup"] else None, "after": run["after"][head],
+            "grpo_gain": run["grpo_gain"], "format": run["after"][fmt], "steps": run["steps"],
+            "seconds_per_step": run["seconds_per_step"]}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[3407, 1, 2])
+    ap.add_argument("--precisions", nargs="+", default=["bf16", "fp32"], choices=["bf16", "fp32"])
+    ap.add_argument("--steps", type=int, default=74, help="GRPO steps of every run")
+    ap.add_argument("--task", default="arithmetic")
+    ap.add_argument("--out", type=Path, default=Path("runs") / "learning_seeds")
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    runs = []
+    for seed in args.seeds:
+        for p in args.precisions:
+            path = args.out / f"{args.task}-{p}-{seed}.json"
+            if not path.is_file() or not path.read_text().strip():
+                print(f"[learning_seeds] {p}, seed {seed} -> {path}", file=sys.stderr, flush=True)
+                done = subprocess.run([sys.executable, str(HERE / "learning.py"), "--task", args.task,
+                                       "--precision", p, "--passk-prompts", "0", "--set", f"max_steps={args.steps}",
+                                       "--set", "time_budget_minutes=None", "--set", f"seed={seed}"],
+                                      stdout=subprocess.PIPE, text=True)
+                if done.returncode != 0:
+                    print(f"[learning_seeds] {p}, seed {seed} failed (exit {done.returncode})", file=sys.stderr)
+                    return done.returncode
+                path.write_text(done.stdout)
+            runs.append({"precision": p, "seed": seed, **summary(json.loads(path.read_text()))})
+    by_precision = {p: {m: {"mean": round(statistics.fmean(vals), 4), "min": min(vals), "max": max(vals)}
+                        for m in METRICS if (vals := [r[m] for r in runs if r["precision"] == p and r[m] is not None])}
+                    for p in args.precisions}
+    paired = {}
+    if set(args.precisions) == {"bf16", "fp32"}:
+        of = {(r["precision"], r["seed"]): r for r in runs}
+        paired = {m: [round(of["bf16", s][m] - of["fp32", s][m], 4) for s in args.seeds] for m in METRICS
+                  if all(of[p, s][m] is not None for p in ("bf16", "fp32") for s in args.seeds)}
+    print(json.dumps({"task": args.task, "steps": args.steps, "seeds": args.seeds, "runs": runs,
+                      "by_precision": by_precision, "paired": paired}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
