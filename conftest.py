@@ -3,6 +3,9 @@
 Every notebook collected by nbval gets a fresh, empty run folder
 (``COURSE_RUN_DIR``) before its kernel starts, so each notebook is checked
 running on its own, rebuilding whatever earlier notebooks would have made.
+The folder is deleted when the next notebook starts and when the run ends
+(notebook 04 alone leaves about 1 GB of merged models); set
+``COURSE_KEEP_NBVAL_RUNS=1`` to keep them for a look after a failure.
 
 After a notebook's own cells, nbval also runs its **exercise solutions**: every
 ```python block inside a ``<details>`` of its markdown, in order, in the same
@@ -13,6 +16,7 @@ kernel (items named ``Solution N``). A solution that no longer runs, or whose
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from collections import defaultdict
 
@@ -25,8 +29,20 @@ _current: dict[str, str] = {}
 def pytest_runtest_setup(item: pytest.Item) -> None:
     path = str(getattr(item, "path", item.fspath))
     if path.endswith(".ipynb") and _current.get("notebook") != path:
+        _drop_run_folder()
         _current["notebook"] = path
-        os.environ["COURSE_RUN_DIR"] = tempfile.mkdtemp(prefix="nbval-run-")
+        _current["run"] = os.environ["COURSE_RUN_DIR"] = tempfile.mkdtemp(prefix="nbval-run-")
+
+
+def _drop_run_folder() -> None:
+    """Delete the last notebook's run folder (unless ``COURSE_KEEP_NBVAL_RUNS`` is set)."""
+    run = _current.pop("run", None)
+    if run is not None and not os.environ.get("COURSE_KEEP_NBVAL_RUNS"):
+        shutil.rmtree(run, ignore_errors=True)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    _drop_run_folder()
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -360,3 +360,40 @@ def test_the_merge_check_compares_like_with_like():
     cell = source[source.index("reloaded = AutoModelForCausalLM.from_pretrained"):source.index("report.table()")]
     assert "if PROFILE.load_in_4bit:" in cell and "PeftModel.from_pretrained(full" in cell
     assert "torch_dtype(PROFILE" in source and "float16" not in cell
+
+
+def _root_conftest():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("course_root_conftest", Path(__file__).parents[1] / "conftest.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_each_notebooks_run_folder_is_deleted_when_the_next_starts_and_at_the_end(monkeypatch):
+    from types import SimpleNamespace
+    hooks = _root_conftest()
+    monkeypatch.delenv("COURSE_KEEP_NBVAL_RUNS", raising=False)
+    monkeypatch.setenv("COURSE_RUN_DIR", "unused")  # monkeypatch restores it afterwards
+    hooks.pytest_runtest_setup(SimpleNamespace(path="nb/a.ipynb", fspath=None))
+    first = Path(os.environ["COURSE_RUN_DIR"])
+    (first / "merged").mkdir()
+    hooks.pytest_runtest_setup(SimpleNamespace(path="nb/a.ipynb", fspath=None))  # the same notebook's next cell: same folder
+    assert Path(os.environ["COURSE_RUN_DIR"]) == first and first.is_dir()
+    hooks.pytest_runtest_setup(SimpleNamespace(path="nb/b.ipynb", fspath=None))
+    second = Path(os.environ["COURSE_RUN_DIR"])
+    assert second != first and second.is_dir() and not first.exists()
+    hooks.pytest_unconfigure(None)
+    assert not second.exists()
+
+
+def test_course_keep_nbval_runs_keeps_the_run_folders(monkeypatch):
+    from types import SimpleNamespace
+    hooks = _root_conftest()
+    monkeypatch.setenv("COURSE_KEEP_NBVAL_RUNS", "1")
+    monkeypatch.setenv("COURSE_RUN_DIR", "unused")
+    hooks.pytest_runtest_setup(SimpleNamespace(path="nb/a.ipynb", fspath=None))
+    kept = Path(os.environ["COURSE_RUN_DIR"])
+    hooks.pytest_unconfigure(None)
+    assert kept.is_dir()
+    kept.rmdir()
