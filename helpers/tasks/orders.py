@@ -108,23 +108,6 @@ def _one_order(rng: random.Random, level: Level) -> dict[str, str]:
             "answer": json.dumps({f: values[f] for f in level.fields}, ensure_ascii=False)}
 
 
-def generate_orders(n: int, level: str = "orders", seed: int = 0) -> list[dict[str, str]]:
-    """``n`` distinct messages of one level, the same per seed, with their object and its schema (as JSON text).
-
-    Example:
-        >>> row = generate_orders(1, "orders-easy", seed=1)[0]
-        >>> row["question"], json.loads(row["answer"])["quantity"]
-        ('Ravi ordered 7 lamps with express shipping.', 7)
-    """
-    if level not in LEVELS:
-        raise ValueError(f"Unknown level {level!r}. Valid levels: {', '.join(LEVELS)}; add your own with "
-                         "helpers.tasks.orders.LEVELS['name'] = Level(...).")
-    rng, spec = random.Random(f"orders:{level}:{seed}"), LEVELS[level]
-    schema = json.dumps(make_schema(spec.fields))
-    rows = distinct_rows(lambda: _one_order(rng, spec), n, f"Level {level!r}", "messages", "add templates to the level")
-    return [dict(row, schema=schema, level=level) for row in rows]
-
-
 class OrdersTask(Task):
     """Orders to JSON objects, checked against a JSON Schema, scored field by field."""
 
@@ -143,7 +126,14 @@ class OrdersTask(Task):
                 f"these keys: {describe_schema(json.loads(row['schema']))}.")
 
     def make_rows(self, level: str, n: int, seed: int) -> list[dict[str, str]]:
-        return generate_orders(n, level, seed)
+        if level not in LEVELS:
+            raise ValueError(f"Unknown level {level!r}. Valid levels: {', '.join(LEVELS)}; add your own with "
+                             "helpers.tasks.orders.LEVELS['name'] = Level(...).")
+        rng, spec = random.Random(f"orders:{level}:{seed}"), LEVELS[level]
+        schema = json.dumps(make_schema(spec.fields))
+        rows = distinct_rows(lambda: _one_order(rng, spec), n, f"Level {level!r}", "messages",
+                             "add templates to the level")
+        return [dict(row, schema=schema, level=level) for row in rows]
 
     def reference(self, row: Mapping[str, Any]) -> str:
         return str(row["answer"])  # the whole object: it starts with the prefill '{"'

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 from collections import deque
-from itertools import islice
 from typing import Any, Callable, Sequence
 
 from ..rewards import Prefilled, completion_text, completion_texts
@@ -34,12 +33,7 @@ def _last_block(text: str, start_tag: str, end_tag: str) -> str | None:
 
 
 def extract_answer(text: Any) -> str | None:
-    """The stripped content of the last *complete* ``<answer>`` block (a completion cut off has none).
-
-    Example:
-        >>> extract_answer("<answer>\\n 41 \\n</answer> no, <answer>42</answer>"), extract_answer("<answer>42")
-        ('42', None)
-    """
+    """The stripped content of the last *complete* ``<answer>`` block (a completion cut off has none)."""
     return _last_block(completion_text(text), ANSWER_START, ANSWER_END)
 
 
@@ -49,12 +43,7 @@ def extract_reasoning(text: Any) -> str | None:
 
 
 def normalize_number(text: Any) -> str | None:
-    """One canonical string for a single number written as text (``$``, ``%``, ``1,000``, ``18.00``), else ``None``.
-
-    Example:
-        >>> [normalize_number(s) for s in ["$1,234", "18.00", "3.50", "-7", "42.", "1 2", "x"]]
-        ['1234', '18', '3.5', '-7', '42', None, None]
-    """
+    """One canonical string for a single number written as text (``$``, ``%``, ``1,000``, ``18.00``), else ``None``."""
     try:
         if text is None or isinstance(text, bool) or len(str(text)) > 200:  # no answer is longer: bounded work
             return None
@@ -75,14 +64,9 @@ def normalize_number(text: Any) -> str | None:
 
 
 def find_numbers(text: Any, limit: int = 1000) -> list[str]:
-    """Every number in the text, normalised, in order (at most ``limit``)."""
-    found = (normalize_number(m.group(0).rstrip(",")) for m in _NUMBER_IN_TEXT.finditer(completion_text(text)))
-    return list(islice((n for n in found if n is not None), limit))
-
-
-def _last_number(text: str) -> str | None:
-    last = reversed(deque(_NUMBER_IN_TEXT.finditer(text), maxlen=64))  # the last 64 candidates: bounded work
-    return next((n for n in (normalize_number(m.group(0).rstrip(",")) for m in last) if n is not None), None)
+    """Every number in the text, normalised, in order; of the last ``limit`` candidates only (bounded work)."""
+    last = deque(_NUMBER_IN_TEXT.finditer(completion_text(text)), maxlen=limit)
+    return [n for n in (normalize_number(m.group(0).rstrip(",")) for m in last) if n is not None]
 
 
 def answer_matches(pred: Any, gold: Any) -> bool:
@@ -138,13 +122,7 @@ def xmlcount_reward(completions: Any, **kwargs: Any) -> list[float]:
 
 def correctness_reward(completions: Any, answer: Sequence[Any], log_extra: Callable | None = None,
                        **kwargs: Any) -> list[float]:
-    """2.0 when the last ``<answer>`` block matches ``answer`` (:func:`answer_matches`), else 0.0; logs both.
-
-    Example:
-        >>> good = "<reasoning>\\n15 + 27 = 42\\n</reasoning>\\n<answer>\\n42\\n</answer>"
-        >>> correctness_reward([good, "42"], answer=["42", "42"]), prefilled_strict_format_reward([good[len(PREFILL):]])
-        ([2.0, 0.0], [1.0])
-    """
+    """2.0 when the last ``<answer>`` block matches ``answer`` (:func:`answer_matches`), else 0.0; logs both."""
     preds = [extract_answer(t) for t in completion_texts(completions)]
     if log_extra is not None:
         log_extra("answer", ["" if a is None else str(a) for a in answer])
@@ -158,13 +136,7 @@ def numeric_answer_reward(completions: Any, **kwargs: Any) -> list[float]:
 
 
 def partial_correctness_reward(completions: Any, answer: Sequence[Any], **kwargs: Any) -> list[float | None]:
-    """1.0 right answer block, 0.5 right number in it, 0.25 right last number anywhere; ``None`` for a non-number gold.
-
-    Example:
-        >>> partial_correctness_reward(["<answer>13</answer>", "<answer>5+8=13</answer>", "5 + 8 = 13",
-        ...                             "13 or 12"], answer=["13"] * 4)
-        [1.0, 0.5, 0.25, 0.0]
-    """
+    """1.0 right answer block, 0.5 right number in it, 0.25 right last number anywhere; None for a non-number gold."""
     out: list[float | None] = []
     for t, gold in zip(completion_texts(completions), answer):
         g, block = normalize_number(gold), extract_answer(t)
@@ -175,7 +147,8 @@ def partial_correctness_reward(completions: Any, answer: Sequence[Any], **kwargs
         elif block is not None and g in find_numbers(block):
             out.append(0.5)
         else:
-            out.append(0.25 if _last_number(t.replace(ANSWER_END, " ").replace(REASONING_END, " ")) == g else 0.0)
+            last = find_numbers(t.replace(ANSWER_END, " ").replace(REASONING_END, " "), limit=64)[-1:]
+            out.append(0.25 if last == [g] else 0.0)
     return out
 
 

@@ -26,7 +26,6 @@ from helpers.tasks.orders import (
     Level,
     OrdersTask,
     describe_schema,
-    generate_orders,
     make_schema,
 )
 
@@ -50,7 +49,7 @@ def learner_rows(name: str, schema: dict | None = None):
 
 @pytest.mark.parametrize("level", list(LEVELS))
 def test_every_row_is_distinct_and_its_answer_satisfies_its_schema(level):
-    rows = generate_orders(300, level, seed=3)
+    rows = TASK.make_rows(level, 300, 3)
     assert len({r["question"] for r in rows}) == 300
     for r in rows:
         obj, schema = json.loads(r["answer"]), json.loads(r["schema"])
@@ -61,13 +60,13 @@ def test_every_row_is_distinct_and_its_answer_satisfies_its_schema(level):
 
 
 def test_the_same_seed_gives_the_same_rows_and_another_seed_others():
-    assert generate_orders(20, "orders", seed=1) == generate_orders(20, "orders", seed=1)
-    assert generate_orders(20, "orders", seed=1) != generate_orders(20, "orders", seed=2)
-    assert generate_orders(30, "orders", seed=1)[:10] == generate_orders(10, "orders", seed=1)
+    assert TASK.make_rows("orders", 20, 1) == TASK.make_rows("orders", 20, 1)
+    assert TASK.make_rows("orders", 20, 1) != TASK.make_rows("orders", 20, 2)
+    assert TASK.make_rows("orders", 30, 1)[:10] == TASK.make_rows("orders", 10, 1)
 
 
 def test_the_text_holds_what_the_answer_says():
-    for r in generate_orders(200, "orders", seed=0):
+    for r in TASK.make_rows("orders", 200, 0):
         obj = json.loads(r["answer"])
         text = r["question"].lower()
         assert obj["name"].lower() in text and obj["item"] in text
@@ -76,13 +75,13 @@ def test_the_text_holds_what_the_answer_says():
 
 
 def test_the_levels_get_harder_as_described():
-    easy = generate_orders(200, "orders-easy", seed=0)
-    main = generate_orders(200, "orders", seed=0)
+    easy = TASK.make_rows("orders-easy", 200, 0)
+    main = TASK.make_rows("orders", 200, 0)
     assert all(any(c.isdigit() for c in r["question"]) for r in easy)
     assert all("standard shipping" in r["question"] or "express shipping" in r["question"] for r in easy)
     assert sum(O.NUMBER_WORDS[json.loads(r["answer"])["quantity"]] in r["question"].lower().split() for r in main) > 50
     assert sum("$" in r["question"] or "number" in r["question"] or "minutes" in r["question"] for r in main) > 50
-    dated = generate_orders(50, "orders-dated", seed=0)
+    dated = TASK.make_rows("orders-dated", 50, 0)
     assert all(json.loads(r["answer"])["date"].startswith(f"{O.YEAR}-") for r in dated)
     for r in dated:  # the date is written in words, answered as YYYY-MM-DD
         month, day = map(int, json.loads(r["answer"])["date"].split("-")[1:])
@@ -91,7 +90,7 @@ def test_the_levels_get_harder_as_described():
 
 def test_unknown_level_and_field_name_the_valid_ones():
     with pytest.raises(ValueError, match="Unknown level 'nope'. Valid levels: orders-easy, orders, orders-dated"):
-        generate_orders(1, "nope")
+        TASK.make_rows("nope", 1, 0)
     with pytest.raises(ValueError, match=r"Unknown field\(s\) \['colour'\].*FIELD_SCHEMAS"):
         make_schema(["name", "colour"])
 
@@ -99,20 +98,19 @@ def test_unknown_level_and_field_name_the_valid_ones():
 def test_a_level_too_small_for_the_rows_asked_says_so(monkeypatch):
     monkeypatch.setitem(LEVELS, "tiny", Level("one sentence", ("name",), ("Hello.",)))
     with pytest.raises(ValueError, match="'tiny' gave only 1 distinct messages, fewer than the 3 asked for"):
-        generate_orders(3, "tiny")
+        TASK.make_rows("tiny", 3, 0)
 
 
 def test_a_new_level_is_one_line(monkeypatch):
     monkeypatch.setitem(LEVELS, "names-only", Level("just the name", ("name",), ("{name} ordered {qty} {item}.",)))
-    row = generate_orders(1, "names-only", seed=0)[0]
+    row = TASK.make_rows("names-only", 1, 0)[0]
     assert list(json.loads(row["answer"])) == ["name"] and json.loads(row["schema"])["required"] == ["name"]
-    assert TASK.make_rows("names-only", 1, 0) == [row]
 
 
 def test_level_table_shows_an_example_of_each_level():
     table = level_table(TASK)
     assert [t["level"] for t in table] == list(LEVELS)
-    assert all(t["example"] == generate_orders(1, t["level"], 0)[0]["question"] for t in table)
+    assert all(t["example"] == TASK.make_rows(t["level"], 1, 0)[0]["question"] for t in table)
 
 
 # --------------------------------------------------------------------------- schemas and the prompt
@@ -129,7 +127,7 @@ def test_the_schema_is_strict():
 
 
 def test_the_prompt_lists_every_key_with_its_type():
-    row = generate_orders(1, "orders-dated", seed=0)[0]
+    row = TASK.make_rows("orders-dated", 1, 0)[0]
     system = TASK.system_prompt_for(row)
     for piece in ("name (string)", "quantity (integer)", '"standard" or "express"', "date as YYYY-MM-DD",
                   "one JSON object"):
@@ -137,7 +135,7 @@ def test_the_prompt_lists_every_key_with_its_type():
     assert describe_schema(json.loads(row["schema"])) in system
     assert describe_schema({}) == "" and describe_schema({"properties": {"x": {}}}) == "x (any value)"
     assert build_prompt(row["question"], system, system_role=False)[0]["content"].endswith("\n\n" + row["question"])
-    assert TASK.system_prompt_for(generate_orders(1, "orders", 0)[0]) != system  # the prompt follows the row
+    assert TASK.system_prompt_for(TASK.make_rows("orders", 1, 0)[0]) != system  # the prompt follows the row
 
 
 # --------------------------------------------------------------------------- a learner's own rows
@@ -208,7 +206,6 @@ def test_the_task_is_the_builtin_json_task():
 
 def test_make_rows_and_the_reference():
     rows = TASK.make_rows("orders", 5, 1)
-    assert rows == generate_orders(5, "orders", 1)
     for r in rows:
         text = TASK.reference(r)
         assert text == r["answer"] and text.startswith(JSON_PREFILL)  # the prefill is the start of the object
