@@ -51,12 +51,7 @@ def records(rows: Any) -> list[dict[str, Any]]:
 
 
 def normalize_question(text: Any) -> str:
-    """A question reduced for duplicate detection: case, spacing and end punctuation.
-
-    Example:
-        >>> normalize_question("  What is 2 +  3? ") == normalize_question("what is 2 + 3")
-        True
-    """
+    """A question reduced for duplicate detection: case, spacing and end punctuation."""
     return " ".join(unicodedata.normalize("NFKC", str(text or "")).casefold().split()).rstrip(" ?.!")
 
 
@@ -117,13 +112,7 @@ def length_stats(lengths: Sequence[int]) -> dict[str, float]:
 
 def split_train_eval(rows: Any, eval_rows: int, seed: int, train_rows: int | None = None,
                      eval_source: Any = None) -> tuple[Any, dict[str, int]]:
-    """A seeded ``train``/``eval`` ``DatasetDict`` sharing no question; eval drawn from ``eval_source`` when given.
-
-    Example:
-        >>> splits, info = split_train_eval([{"question": f"q{i}", "answer": str(i)} for i in range(10)], 3, 0)
-        >>> splits["train"].num_rows, splits["eval"].num_rows, info["leaked_removed"]
-        (7, 3, 0)
-    """
+    """A seeded ``train``/``eval`` ``DatasetDict`` sharing no question; eval drawn from ``eval_source`` when given."""
     from datasets import Dataset, DatasetDict
     pool, source = records(rows), None if eval_source is None else records(eval_source)
     for name, part in (("rows", pool), ("eval_source", source or [])):

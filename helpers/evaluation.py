@@ -98,14 +98,7 @@ def evaluate_adapters(model: Any, tokenizer: Any, rows: Any, task: Task, setting
 
 
 def comparison_table(results: dict[str, Any]) -> Any:
-    """One row per metric and reward, one column per side, and each side's gain over the one before.
-
-    Example:
-        >>> t = comparison_table({"sides": {"base": {"summary": {"accuracy": 0.1}},
-        ...                                 "after GRPO": {"summary": {"accuracy": 0.5}}}})
-        >>> float(t.loc["accuracy", "gain: after GRPO"])
-        0.4
-    """
+    """One row per metric and reward, one column per side, and each side's gain over the one before."""
     import pandas as pd
     sides = {k: v.get("summary", v) for k, v in results["sides"].items()}
     metrics = list(dict.fromkeys(k for s in sides.values() for k, v in s.items()
@@ -133,12 +126,7 @@ def side_by_side(results: dict[str, Any], questions: Sequence[str], metric: str,
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
-    """Unbiased pass@k (Chen et al., 2021) of ``n`` samples, ``c`` right: ``1 - C(n-c, k) / C(n, k)``.
-
-    Example:
-        >>> round(pass_at_k(10, 1, 1), 3), pass_at_k(10, 0, 5), pass_at_k(4, 2, 3)
-        (0.1, 0.0, 1.0)
-    """
+    """Unbiased pass@k (Chen et al., 2021) of ``n`` samples, ``c`` right: ``1 - C(n-c, k) / C(n, k)``."""
     if not 1 <= k <= n or not 0 <= c <= n:
         raise ValueError(f"pass@k needs 1 <= k <= n and 0 <= c <= n (got n={n}, c={c}, k={k}).")
     return 1.0 if n - c < k else 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))

@@ -83,12 +83,7 @@ def installed_versions(packages: list[str] | None = None) -> dict[str, str | Non
 
 
 def pinned_versions(extras: tuple[str, ...] = ("cpu", "gpu", "vllm")) -> dict[str, str]:
-    """``{package: version}`` for every ``==`` pin of the base list and of the given extras.
-
-    Example:
-        >>> pinned_versions()["trl"]
-        '1.13.0'
-    """
+    """``{package: version}`` for every ``==`` pin of the base list and of the given extras."""
     pins: dict[str, str] = {}
     for line in metadata.requires(DIST) or []:
         req = Requirement(line)
@@ -117,14 +112,7 @@ def check_versions(extras: tuple[str, ...] = ("cpu",)) -> list[VersionCheck]:
 
 
 def room_line(hw: Hardware, profile: Profile, checks: list[VersionCheck], traps: list[Trap], timing: Any = None) -> str:
-    """One line for the room's chat, so the instructor sees who has what (``timing``: a ``StepTiming`` or None).
-
-    Example:
-        >>> from helpers.profiles import get_profile
-        >>> t4 = Hardware(True, "Tesla T4", (7, 5), 14.7, 2, 12.7, 30.0, True, False)
-        >>> room_line(t4, get_profile("colab-t4", use_vllm=False), [], [Trap("bf16", "", "")]).split(" | ")[1:4]
-        ['colab-t4 (Colab)', 'Tesla T4 14.7 GB cc7.5 fp16', 'qwen2.5-1.5b']
-    """
+    """One line for the room's chat, so the instructor sees who has what (``timing``: a ``StepTiming`` or None)."""
     if hw.cuda:
         cap = f"cc{hw.capability[0]}.{hw.capability[1]}" if hw.capability else "cc?"
         machine = f"{hw.gpu_name} {hw.vram_gb} GB {cap} {'bf16' if native_bf16(hw.capability) else 'fp16'}"

@@ -139,13 +139,7 @@ class Recipe:
 
 def recipe_texts(profile: Profile, run: str | Path, capability: tuple[int, int] | None = None,
                  vllm_installed: bool | None = None) -> dict[str, str]:
-    """The recipe's YAML files as text, checked by ``check_config``; writes nothing.
-
-    Example:
-        >>> texts = recipe_texts(get_profile("cpu-smoke"), "/tmp/run")
-        >>> sorted(texts), texts["grpo.yaml"].count("- helpers.tasks.")
-        (['grpo.yaml', 'sft.yaml'], 4)
-    """
+    """The recipe's YAML files as text, checked by ``check_config``; writes nothing."""
     run = Path(run).absolute()
     folder, output, model = run / RECIPE_DIR, run / CLI_DIR, run / RECIPE_DIR / MODEL_DIR
     task = get_task(profile.task)

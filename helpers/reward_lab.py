@@ -37,15 +37,7 @@ def _same(got: Any, want: Any, tol: float) -> bool:
 
 
 def check_cases(cases: Sequence[RewardCase], rewards: Any, tol: float = 1e-6) -> Any:
-    """One row per (case, reward it names): expected, got, passed; a reward missing or raising fails its row.
-
-    Example:
-        >>> from helpers.tasks.reasoning import correctness_reward, strict_format_reward
-        >>> cases = [RewardCase("<reasoning>\\n1+1=2\\n</reasoning>\\n<answer>\\n2\\n</answer>",
-        ...                     {"correctness_reward": 2.0, "strict_format_reward": 1.0}, answer="2")]
-        >>> bool(check_cases(cases, [correctness_reward, strict_format_reward])["passed"].all())
-        True
-    """
+    """One row per (case, reward it names): expected, got, passed; a reward missing or raising fails its row."""
     import pandas as pd
     funcs = {name: f for name, f, _ in weighted(rewards)}
     rows = []
@@ -81,15 +73,7 @@ def assert_cases(cases: Sequence[RewardCase], rewards: Any, tol: float = 1e-6) -
 def score_table(completions: Sequence[Any], rewards: Any, prompts: Sequence[Any] | None = None,
                 completion_ids: Sequence[Sequence[int]] | None = None, width: int | None = 60,
                 **columns: Sequence[Any]) -> Any:
-    """One row per completion, one column per reward, and ``total``: the weighted sum TRL logs (``None`` skipped).
-
-    Example:
-        >>> from helpers.tasks.reasoning import correctness_reward, numeric_answer_reward
-        >>> t = score_table(["<answer>4</answer>", "<answer>5</answer>"],
-        ...                 [(correctness_reward, 1.0), (numeric_answer_reward, 0.5)], answer=["4", "4"])
-        >>> t["total"].tolist()
-        [2.25, 0.25]
-    """
+    """One row per completion, one column per reward, and ``total``: the weighted sum TRL logs (``None`` skipped)."""
     import pandas as pd
     comps = list(completions)
     n = len(comps)

@@ -31,12 +31,7 @@ def _content(content: Any) -> str:
 
 
 def completion_texts(completions: Any) -> list[str]:
-    """:func:`completion_text` of each completion (``None`` gives ``[]``).
-
-    Example:
-        >>> completion_texts(["a", [{"role": "assistant", "content": "b"}], None])
-        ['a', 'b', '']
-    """
+    """:func:`completion_text` of each completion (``None`` gives ``[]``)."""
     if completions is None:
         return []
     if isinstance(completions, str):
@@ -48,13 +43,7 @@ def completion_texts(completions: Any) -> list[str]:
 
 
 class Prefilled:
-    """``reward`` on ``prefill + completion`` (TRL passes the completion without it, trl #6966); a class: it pickles.
-
-    Example:
-        >>> shout = Prefilled(lambda completions, **kw: [float(t.startswith("HI")) for t in completions], "HI")
-        >>> shout(completions=[" there", "HI there"])
-        [1.0, 1.0]
-    """
+    """``reward`` on ``prefill + completion`` (TRL passes the completion without it, trl #6966); a class: it pickles."""
 
     def __init__(self, reward: RewardFunc, prefill: str) -> None:
         self.reward, self.prefill = reward, prefill

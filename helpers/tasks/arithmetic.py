@@ -110,12 +110,7 @@ def generate_arithmetic(n: int, level: str = "add2", seed: int = 0) -> list[dict
 
 
 def extract_hash_answer(text: Any) -> str | None:
-    """The final answer after the last ``####`` of a GSM8K solution, normalised (``None`` without ``####``).
-
-    Example:
-        >>> [extract_hash_answer(t) for t in ["so 3 + 4 = 7\\n#### 7", "#### $1,080", "no marker"]]
-        ['7', '1080', None]
-    """
+    """The final answer after the last ``####`` of a GSM8K solution, normalised (``None`` without ``####``)."""
     if not isinstance(text, str) or "####" not in text:
         return None
     tail = text.rsplit("####", 1)[1].strip()

@@ -80,12 +80,7 @@ def as_object(value: Any) -> dict | None:
 
 
 def same_value(got: Any, want: Any) -> bool:
-    """THE field rule: strings equal ignoring case and outer spaces, numbers as numbers (not booleans or strings).
-
-    Example:
-        >>> same_value(" Ava ", "ava"), same_value(3, 3.0), same_value("3", 3), same_value(True, 1)
-        (True, True, False, False)
-    """
+    """THE field rule: strings equal ignoring case and outer spaces, numbers as numbers (not booleans or strings)."""
     if isinstance(want, str):
         return isinstance(got, str) and got.strip().casefold() == want.strip().casefold()
     if isinstance(want, bool) or isinstance(got, bool):
@@ -129,12 +124,7 @@ def _found(completions: Any, *columns: Any) -> list[tuple]:
 
 
 def json_format_reward(completions: Any, **kwargs: Any) -> list[float]:
-    """1.0 when the completion is exactly one JSON object, 0.5 when one is found among other text, else 0.0.
-
-    Example:
-        >>> json_format_reward(['{"a": 1}', 'Answer: {"a": 1}', '{"a": 1', 'none'])
-        [1.0, 0.5, 0.0, 0.0]
-    """
+    """1.0 when the completion is exactly one JSON object, 0.5 when one is found among other text, else 0.0."""
     return [1.0 if f.clean else 0.5 if f.obj is not None else 0.0
             for f in map(find_json_object, completion_texts(completions))]
 
@@ -147,12 +137,7 @@ def schema_valid_reward(completions: Any, schema: Any = None, **kwargs: Any) -> 
 
 def field_match_reward(completions: Any, answer: Any = None, log_extra: Callable | None = None,
                        **kwargs: Any) -> list[float | None]:
-    """The share of expected fields right; 0.0 without an object, ``None`` for a non-object answer; logs both.
-
-    Example:
-        >>> field_match_reward(['{"name": "Ava", "quantity": 3}'], answer=['{"name": "Ava", "quantity": 2}'])
-        [0.5]
-    """
+    """The share of expected fields right; 0.0 without an object, ``None`` for a non-object answer; logs both."""
     rows = _found(completions, answer)
     if log_extra is not None:
         log_extra("expected", ["" if a is None else str(a) for _, a in rows])
@@ -169,12 +154,7 @@ def exact_match_reward(completions: Any, answer: Any = None, **kwargs: Any) -> l
 
 
 def json_extras_penalty(completions: Any, schema: Any = None, answer: Any = None, **kwargs: Any) -> list[float]:
-    """-0.25 per key unknown to the schema (else the answer), to -0.75, and -0.25 for text around; 0.0 without one.
-
-    Example:
-        >>> json_extras_penalty(['{"a": 1}', '{"a": 1, "z": 2} thanks', 'nothing'], answer=['{"a": 1}'] * 3)
-        [0.0, -0.5, 0.0]
-    """
+    """-0.25 per key unknown to the schema (else the answer), to -0.75, and -0.25 for text around; 0.0 without one."""
     out = []
     for f, sch, ans in _found(completions, schema, answer):
         if f.obj is None:
