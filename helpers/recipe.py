@@ -106,19 +106,14 @@ class Recipe:
     model: Path
     output: Path
 
-    def commands(self, processes: int = 1) -> list[str]:
-        """The commands in order; ``processes > 1`` runs GRPO with ``torchrun``, the global batch kept."""
+    def commands(self) -> list[str]:
+        """The commands in order: the warm-up and its merge (when there is one), GRPO, the adapters combined."""
         sft, config, folder = (shlex.quote(str(path)) for path in (self.sft, self.grpo, self.folder))
-        warmup = [f"trl sft --config {sft}", f"python -m helpers.recipe merge {folder}"]
         grpo = f"trl grpo --config {config}"
-        if processes > 1:
-            batch = load_recipe(self.grpo)["per_device_train_batch_size"]
-            if batch % processes:
-                raise RecipeError(f"per_device_train_batch_size={batch} does not split over {processes} processes: "
-                                  "choose a number of processes that divides it, or raise the batch in the profile.")
-            grpo = (f"torchrun --nproc_per_node {processes} -m trl.scripts.grpo --config {config} "
-                    f"--per_device_train_batch_size {batch // processes}")
-        return [*warmup, grpo, f"python -m helpers.recipe combine {folder}"] if self.sft else [grpo]
+        if self.sft is None:
+            return [grpo]
+        return [f"trl sft --config {sft}", f"python -m helpers.recipe merge {folder}", grpo,
+                f"python -m helpers.recipe combine {folder}"]
 
     @classmethod
     def of(cls, run: str | Path) -> "Recipe":
@@ -190,18 +185,13 @@ def write_recipe(profile: Profile, run: str | Path, tokenizer: Any = None, capab
     return Recipe.of(run)
 
 
-def load_recipe(path: str | Path) -> dict[str, Any]:
-    """A recipe YAML as a dict."""
-    return yaml.safe_load(Path(path).read_text())
-
-
 def _with_warmup(folder: Path, needs: tuple[str, ...]) -> tuple[Any, dict[str, Any], dict[str, Any]]:
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
     if not (folder / SFT_YAML).is_file():
         raise RecipeError(f"No {SFT_YAML} in {folder}: this recipe has no warm-up, so `trl grpo` alone trains it.")
-    recipes = {name: load_recipe(folder / name) for name in (SFT_YAML, GRPO_YAML)}
+    recipes = {name: yaml.safe_load((folder / name).read_text()) for name in (SFT_YAML, GRPO_YAML)}
     for name in needs:
         trained = Path(recipes[name]["output_dir"])
         if not (trained / "adapter_config.json").is_file():

@@ -29,7 +29,6 @@ from helpers.recipe import (
     WARMUP_ROWS,
     Recipe,
     RecipeError,
-    load_recipe,
     main,
     recipe_texts,
     reward_path,
@@ -74,6 +73,14 @@ class UnnamedRewardTask(ArithmeticTask):
 
 def gpu_profile(name: str, task: str = "arithmetic"):
     return get_profile(name, task=task, use_vllm=PROFILES[name].use_vllm)
+
+
+def torchrun_line(recipe: Recipe, processes: int = 2) -> str:
+    """The README's GRPO line on ``processes`` CPU processes: the per-process batch split, the global batch kept."""
+    batch = yaml.safe_load(recipe.grpo.read_text())["per_device_train_batch_size"]
+    assert batch % processes == 0, f"per_device_train_batch_size={batch} does not split over {processes} processes"
+    return (f"torchrun --nproc_per_node {processes} -m trl.scripts.grpo --config {shlex.quote(str(recipe.grpo))} "
+            f"--per_device_train_batch_size {batch // processes}")
 
 
 def imported(path: str):
@@ -207,7 +214,7 @@ def test_the_json_task_recipe_names_the_orders_rewards_and_trl_reads_it(tmp_path
     task = get_task("json")
     recipe = write_recipe(profile, tmp_path / "run")
     assert recipe == Recipe.of(tmp_path / "run") and recipe.sft is not None
-    values = load_recipe(recipe.grpo)
+    values = yaml.safe_load(recipe.grpo.read_text())
     assert values["reward_funcs"] == [f"helpers.tasks.orders.{f.__name__}" for f, _ in task.rewards]
     assert [imported(p) for p in values["reward_funcs"]] == [f for f, _ in task.rewards]
     script_args, config, _, data_args = parse(recipe.grpo.read_text(), tmp_path, "grpo")
@@ -372,7 +379,7 @@ def warm_recipe(tmp_path_factory):
     assert all(line in printed for line in first)
     docs = [_in_run(line, run) for line in doc_commands()["README"]]
     assert f"python -m helpers.recipe write {run} --profile cpu-smoke" in docs
-    assert set(first) | {recipe.commands(processes=2)[2]} <= set(docs)  # the README's commands: these
+    assert set(first) | {torchrun_line(recipe)} <= set(docs)  # the README's commands: these
     assert first[0].startswith("trl sft --config") and first[1].startswith("python -m helpers.recipe merge")
     for line in first[:2]:
         run_command(line, cwd=run)
@@ -411,7 +418,7 @@ def test_trl_commands_run_the_recipe_and_notebook_04_loads_the_adapter(warm_reci
     with torch.no_grad():
         combined = model(ids).logits
         # what trl grpo trained: its adapter on the warm-up-merged weights
-        merged = AutoModelForCausalLM.from_pretrained(load_recipe(recipe.grpo)["model_name_or_path"],
+        merged = AutoModelForCausalLM.from_pretrained(yaml.safe_load(recipe.grpo.read_text())["model_name_or_path"],
                                                       dtype=torch.float32)
         trained = PeftModel.from_pretrained(merged, str(grpo))(ids).logits
     assert torch.allclose(combined, trained, atol=1e-3)
@@ -424,7 +431,7 @@ def test_the_same_recipe_runs_on_two_cpu_processes(warm_recipe, tmp_path):
     from trl import GRPOConfig
 
     recipe = warm_recipe
-    line = recipe.commands(processes=2)[2]
+    line = torchrun_line(recipe)
     assert line == (f"torchrun --nproc_per_node 2 -m trl.scripts.grpo --config {recipe.grpo} "
                     f"--per_device_train_batch_size {SMOKE.per_device_train_batch_size // 2}")
     out = recipe.output / "grpo-2-processes"
