@@ -68,10 +68,6 @@ class VerifyReport:
     def matches(self) -> list[bool]:
         return [a == m for a, m in zip(self.adapter_outputs, self.merged_outputs)]
 
-    @property
-    def all_match(self) -> bool:
-        return bool(self.matches) and all(self.matches)
-
     def table(self, max_chars: int = 80) -> Any:
         """The comparison as a DataFrame, for the notebook."""
         import pandas as pd
