@@ -82,17 +82,6 @@ def installed_versions(packages: list[str] | None = None) -> dict[str, str | Non
     return out
 
 
-def pinned_versions(extras: tuple[str, ...] = ("cpu", "gpu", "vllm")) -> dict[str, str]:
-    """``{package: version}`` for every ``==`` pin of the base list and of the given extras."""
-    pins: dict[str, str] = {}
-    for line in metadata.requires(DIST) or []:
-        req = Requirement(line)
-        pin = [s.version for s in req.specifier if s.operator == "=="]
-        if pin and (req.marker is None or any(req.marker.evaluate({"extra": e}) for e in extras)):
-            pins[canonicalize_name(req.name)] = pin[0]
-    return pins
-
-
 @dataclass(frozen=True)
 class VersionCheck:
     package: str
@@ -105,8 +94,13 @@ class VersionCheck:
 
 
 def check_versions(extras: tuple[str, ...] = ("cpu",)) -> list[VersionCheck]:
-    """Compare the pins of the base list plus ``extras`` with what is installed."""
-    pins = pinned_versions(extras)
+    """Every ``==`` pin of the base list and of ``extras`` (the package's metadata) against what is installed."""
+    pins: dict[str, str] = {}
+    for line in metadata.requires(DIST) or []:
+        req = Requirement(line)
+        pin = [s.version for s in req.specifier if s.operator == "=="]
+        if pin and (req.marker is None or any(req.marker.evaluate({"extra": e}) for e in extras)):
+            pins[canonicalize_name(req.name)] = pin[0]
     found = installed_versions(list(pins))
     return [VersionCheck(name, version, found[name]) for name, version in sorted(pins.items())]
 

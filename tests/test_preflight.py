@@ -20,7 +20,6 @@ from helpers.preflight import (
     VersionCheck,
     check_versions,
     installed_versions,
-    pinned_versions,
     preflight_warnings,
     room_line,
 )
@@ -145,7 +144,11 @@ def test_installed_versions():
     assert set(installed_versions()) == set(P.TRACKED_PACKAGES)
 
 
-def test_pinned_versions_are_the_pyproject_pins():
+def pinned_versions(extras: tuple[str, ...] = ("cpu", "gpu", "vllm")) -> dict[str, str]:
+    return {c.package: c.pinned for c in check_versions(extras)}
+
+
+def test_the_checked_pins_are_the_pyproject_pins():
     """The pins come from the installed package's metadata (so Colab can check them): the same as pyproject.toml."""
     assert pinned_versions() == _pyproject_pins(("cpu", "gpu", "vllm"))
     assert pinned_versions(("cpu",)) == _pyproject_pins(("cpu",))
