@@ -10,9 +10,7 @@ from typing import Any, Callable
 from transformers import TrainerCallback
 
 from .plots import dashboard_figure, png_bytes
-from .runs import write_jsonl
-
-METRICS_FILE = "metrics.jsonl"
+from .runs import write_json
 
 
 def step_logs(log_history: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -118,11 +116,11 @@ class RunLogCallback(TrainerCallback):
     neither repeats nor loses a step)."""
 
     def __init__(self, run: str | Path) -> None:
-        self.path = Path(run) / METRICS_FILE
+        self.path = Path(run) / "metrics.jsonl"
 
     def write(self, state: Any) -> Path:
         """Rewrite the file from ``state.log_history`` (atomically)."""
-        return write_jsonl(self.path, step_logs(state.log_history))
+        return write_json(self.path, step_logs(state.log_history), lines=True)
 
     def on_save(self, args, state, control, **kwargs):  # noqa: D102
         self.write(state)

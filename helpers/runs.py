@@ -40,11 +40,10 @@ def runs_root() -> Path:
     return _env_path("COURSE_RUNS") or (project_root() or Path.cwd()) / "runs"
 
 
-def run_dir(profile_name: str | None = None, create: bool = True) -> Path:
-    """The current run folder: ``COURSE_RUN_DIR``, else ``runs/lab-<profile>``."""
+def run_dir(profile_name: str | None = None) -> Path:
+    """The current run folder, created: ``COURSE_RUN_DIR``, else ``runs/lab-<profile>``."""
     path = _env_path("COURSE_RUN_DIR") or runs_root() / f"lab-{profile_name or detect_profile()[0]}"
-    if create:
-        path.mkdir(parents=True, exist_ok=True)
+    path.mkdir(parents=True, exist_ok=True)
     return path
 
 
@@ -100,14 +99,10 @@ def write_bytes(path: str | Path, payload: bytes) -> Path:
     return path
 
 
-def write_json(path: str | Path, data: Any) -> Path:
-    """Write JSON atomically."""
-    return write_bytes(path, (json.dumps(data, indent=2, default=str) + "\n").encode())
-
-
-def write_jsonl(path: str | Path, rows: list[dict]) -> Path:
-    """Write one JSON object per line, atomically."""
-    return write_bytes(path, "".join(json.dumps(r, default=str) + "\n" for r in rows).encode())
+def write_json(path: str | Path, data: Any, lines: bool = False) -> Path:
+    """Write JSON atomically; ``lines``: each item of ``data`` on a line of its own (JSON Lines)."""
+    rows = [json.dumps(r, default=str) for r in data] if lines else [json.dumps(data, indent=2, default=str)]
+    return write_bytes(path, "".join(row + "\n" for row in rows).encode())
 
 
 def read_json(path: str | Path) -> Any:

@@ -7,7 +7,7 @@ import pytest
 from transformers import TrainerControl, TrainerState
 
 from helpers import callbacks
-from helpers.callbacks import METRICS_FILE, DashboardCallback, RunLogCallback, TimeBudgetCallback, step_logs
+from helpers.callbacks import DashboardCallback, RunLogCallback, TimeBudgetCallback, step_logs
 
 ARGS = SimpleNamespace()
 
@@ -105,10 +105,10 @@ def test_run_log_rewrites_metrics_equal_to_the_log_history(tmp_path):
     cb = RunLogCallback(tmp_path)
     history = [_log(1), dict(_log(2), loss=float("nan"))]
     cb.on_save(ARGS, _state(2, history=history), TrainerControl())
-    assert _read(tmp_path / METRICS_FILE) == step_logs(history)
+    assert _read(tmp_path / "metrics.jsonl") == step_logs(history)
     history += [_log(3), SUMMARY]
     cb.on_train_end(ARGS, _state(3, history=history), TrainerControl())
-    rows = _read(tmp_path / METRICS_FILE)
+    rows = _read(tmp_path / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2, 3] and rows[1]["loss"] is None
     assert not list(tmp_path.glob("*.tmp"))
 
@@ -121,7 +121,7 @@ def test_a_resumed_run_has_each_step_once(tmp_path):
     resumed = RunLogCallback(tmp_path)  # a new process; the history comes back from checkpoint-2
     history = first + [_log(3, reward=0.7), _log(4), SUMMARY]
     resumed.on_train_end(ARGS, _state(4, history=history), TrainerControl())
-    rows = _read(tmp_path / METRICS_FILE)
+    rows = _read(tmp_path / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2, 3, 4] and rows[2]["reward"] == 0.7
 
 

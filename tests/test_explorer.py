@@ -106,7 +106,6 @@ def test_render_step_escapes_html_and_shows_the_best_first(run):
 
 @pytest.mark.slow
 def test_a_real_tiny_grpo_run_is_read_as_trl_wrote_and_logged_it(tmp_path):
-    from helpers.callbacks import METRICS_FILE
     from helpers.profiles import get_profile
     from helpers.tasks import get_task
     from helpers.training import train_grpo
@@ -120,7 +119,7 @@ def test_a_real_tiny_grpo_run_is_read_as_trl_wrote_and_logged_it(tmp_path):
     assert df.groupby("step").size().to_dict() == {1: 2, 2: 2}  # one group of num_generations per step
     assert df["prompt"].str.endswith("assistant\n" + task.prefill).all()  # what the model saw, prefill included
 
-    logged = {m["step"]: m for m in map(json.loads, (tmp_path / METRICS_FILE).read_text().splitlines())}
+    logged = {m["step"]: m for m in map(json.loads, (tmp_path / "metrics.jsonl").read_text().splitlines())}
     for step, group in df.groupby("step"):
         assert group["reward"].mean() == pytest.approx(logged[step]["reward"], abs=1e-5)
         std = group["reward"].std()  # Bessel's correction, as TRL

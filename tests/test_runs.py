@@ -24,7 +24,6 @@ from helpers.runs import (
     runs_root,
     write_bytes,
     write_json,
-    write_jsonl,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -76,8 +75,7 @@ def test_run_dir_follows_course_run_dir(monkeypatch, tmp_path):
 def test_default_run_dir_is_per_profile(monkeypatch, tmp_path):
     monkeypatch.delenv("COURSE_RUN_DIR", raising=False)
     monkeypatch.setenv("COURSE_RUNS", str(tmp_path))
-    assert run_dir("cpu-demo", create=False) == tmp_path / "lab-cpu-demo"
-    assert not (tmp_path / "lab-cpu-demo").exists()
+    assert run_dir("cpu-demo") == tmp_path / "lab-cpu-demo" and (tmp_path / "lab-cpu-demo").is_dir()
     monkeypatch.setenv("COURSE_PROFILE", "cpu-smoke")
     assert run_dir() == tmp_path / "lab-cpu-smoke" and (tmp_path / "lab-cpu-smoke").is_dir()
 
@@ -126,10 +124,10 @@ def test_write_json_is_atomic_and_readable(tmp_path):
     assert read_json(path) == [1, 2] and _siblings(path) == ["x.json"]
 
 
-def test_write_jsonl_writes_one_object_per_line(tmp_path):
-    path = write_jsonl(tmp_path / "m.jsonl", [{"step": 1, "at": Path("/x")}, {"step": 2}])
+def test_write_json_lines_writes_one_object_per_line(tmp_path):
+    path = write_json(tmp_path / "m.jsonl", [{"step": 1, "at": Path("/x")}, {"step": 2}], lines=True)
     assert [json.loads(line) for line in path.read_text().splitlines()] == [{"step": 1, "at": "/x"}, {"step": 2}]
-    assert write_jsonl(path, []).read_text() == "" and _siblings(path) == ["m.jsonl"]
+    assert write_json(path, [], lines=True).read_text() == "" and _siblings(path) == ["m.jsonl"]
 
 
 def test_write_bytes_replaces_a_file_whole(tmp_path, monkeypatch):
