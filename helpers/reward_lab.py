@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from .rewards import completion_text, weighted
+from .rewards import clip, completion_text, weighted
 
 
 @dataclass
@@ -16,15 +16,8 @@ class RewardCase:
     completion: Any
     expected: dict[str, float | None]
     answer: Any = None
-    prompt: Any = None
-    completion_ids: list[int] | None = None
     note: str = ""
     columns: dict[str, Any] = field(default_factory=dict)
-
-
-def _short(text: str, width: int | None = 48) -> str:
-    one = text.replace("\n", "\\n")
-    return one if width is None or len(one) <= width else one[: width - 3] + "..."
 
 
 def _same(got: Any, want: Any, tol: float) -> bool:
@@ -49,12 +42,10 @@ def check_cases(cases: Sequence[RewardCase], rewards: Any, tol: float = 1e-6) ->
             got: Any = "missing"
             if name in funcs:
                 try:
-                    got = funcs[name](prompts=[case.prompt], completions=[case.completion],
-                                      completion_ids=None if case.completion_ids is None else [case.completion_ids],
-                                      **cols)[0]
+                    got = funcs[name](prompts=[None], completions=[case.completion], completion_ids=None, **cols)[0]
                 except Exception as exc:  # noqa: BLE001 - shown as a failing row
                     got = f"raised {type(exc).__name__}: {exc}"
-            rows.append(dict(case=i, note=case.note, completion=_short(completion_text(case.completion)),
+            rows.append(dict(case=i, note=case.note, completion=clip(completion_text(case.completion), 48),
                              reward=name, expected=want, got=got,
                              passed=not isinstance(got, str) and _same(got, want, tol)))
     return pd.DataFrame(rows, columns=["case", "note", "completion", "reward", "expected", "got", "passed"])
@@ -81,7 +72,7 @@ def score_table(completions: Sequence[Any], rewards: Any, prompts: Sequence[Any]
         if len(values) != n:
             raise ValueError(f"Column {key!r} has {len(values)} values for {n} completions: repeat each "
                              "prompt's value for each of its completions, as TRL does.")
-    data: dict[str, Any] = {"completion": [_short(completion_text(c), width) for c in comps]}
+    data: dict[str, Any] = {"completion": [clip(completion_text(c), width) for c in comps]}
     total, seen = [0.0] * n, [False] * n
     for name, func, weight in weighted(rewards):
         scores = func(prompts=None if prompts is None else list(prompts), completions=comps,
@@ -118,8 +109,8 @@ def nanstd(values: Any, dim: int) -> Any:
     return torch.sqrt(torch.where(count > 1, variance, torch.full_like(variance, float("nan"))))
 
 
-def group_advantages(rewards: Sequence[Any], group_size: int, scale: str = "group") -> GroupAdvantages:
-    """TRL's advantages from one total per completion, groups consecutive; ``scale`` is TRL's ``scale_rewards``.
+def group_advantages(rewards: Sequence[Any], group_size: int) -> GroupAdvantages:
+    """TRL's advantages (its default ``scale_rewards="group"``) from one total per completion, groups consecutive.
 
     Example:
         >>> a = group_advantages([1.0, 0.0, 0.0, 0.0, 2.0, 2.0, 2.0, 2.0], group_size=4)
@@ -127,8 +118,6 @@ def group_advantages(rewards: Sequence[Any], group_size: int, scale: str = "grou
         ([1.5, -0.5, -0.5, -0.5], [0.0, 0.0, 0.0, 0.0], 0.5)
     """
     import torch
-    if scale not in ("group", "batch", "none"):
-        raise ValueError(f"scale must be 'group', 'batch' or 'none' (TRL's scale_rewards), got {scale!r}.")
     totals = torch.tensor([math.nan if r is None else float(r) for r in rewards], dtype=torch.float32)
     if group_size < 2 or totals.numel() % group_size:
         raise ValueError(f"{totals.numel()} rewards do not split into groups of {group_size} (>= 2): pass every "
@@ -136,11 +125,8 @@ def group_advantages(rewards: Sequence[Any], group_size: int, scale: str = "grou
     grouped = totals.view(-1, group_size)
     mean = torch.nanmean(grouped, dim=1)
     std = nanstd(grouped, dim=1)
-    batch_std = nanstd(totals.view(1, -1), dim=1).expand_as(totals)
-    used = batch_std if scale == "batch" else std.repeat_interleave(group_size)
-    adv = totals - mean.repeat_interleave(group_size)
-    if scale != "none":
-        adv = adv / (used + 1e-4)
-    frac_zero = float(torch.isclose(used, torch.zeros_like(used)).float().mean())  # TRL's frac_reward_zero_std
+    each = std.repeat_interleave(group_size)  # every completion's group std
+    adv = (totals - mean.repeat_interleave(group_size)) / (each + 1e-4)
+    frac_zero = float(torch.isclose(each, torch.zeros_like(each)).float().mean())  # TRL's frac_reward_zero_std
     return GroupAdvantages(rewards=totals.tolist(), advantages=torch.nan_to_num(adv, nan=0.0).tolist(),
                            group_mean=mean.tolist(), group_std=std.tolist(), frac_zero_std=frac_zero)

@@ -57,15 +57,15 @@ class Prefilled:
         return f"Prefilled({getattr(self.reward, '__name__', self.reward)!s}, {self.prefill!r})"
 
 
-def clip(text: Any, width: int) -> str:
-    """``text`` on one line (a newline shown as ↵), cut to ``width`` characters.
+def clip(text: Any, width: int | None) -> str:
+    """``text`` on one line (a newline shown as ↵), cut to ``width`` characters (``None``: not cut).
 
     Example:
         >>> clip("a\\nb", 9), clip("abcdef", 4)
         ('a \u21b5 b', 'abc\u2026')
     """
     text = str(text).replace("\n", " \u21b5 ")
-    return text if len(text) <= width else text[: width - 1] + "\u2026"
+    return text if width is None or len(text) <= width else text[: width - 1] + "\u2026"
 
 
 def weighted(rewards: Any) -> list[tuple[str, Any, float]]:
