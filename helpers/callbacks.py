@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -10,7 +11,7 @@ from typing import Any, Callable
 from transformers import TrainerCallback
 
 from .plots import dashboard_figure, png_bytes
-from .runs import write_json
+from .runs import write_bytes, write_json
 
 
 def step_logs(log_history: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -24,14 +25,6 @@ def step_logs(log_history: list[dict[str, Any]]) -> list[dict[str, Any]]:
             for entry in log_history if "step" in entry and "train_runtime" not in entry]
 
 
-def _in_notebook() -> bool:
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return False
-    return hasattr(get_ipython(), "kernel")  # None outside IPython
-
-
 class DashboardCallback(TrainerCallback):
     """The training dashboard, redrawn every ``every`` logged steps in a notebook (``live=None`` detects a kernel)
     with a progress line (one per step elsewhere), and saved to ``<run>/figures/dashboard.png`` at every save."""
@@ -40,7 +33,9 @@ class DashboardCallback(TrainerCallback):
                  print_fn: Callable[[str], None] = print) -> None:
         self.path = Path(run) / "figures" / "dashboard.png"
         self.every = max(1, int(every))
-        self.live = _in_notebook() if live is None else live
+        if live is None:  # a notebook's kernel has imported IPython; get_ipython() is None outside IPython
+            live = "IPython" in sys.modules and hasattr(sys.modules["IPython"].get_ipython(), "kernel")
+        self.live = live
         self.print_fn = print_fn
         self._handle: Any = None
         self._since_draw = 0
@@ -70,11 +65,7 @@ class DashboardCallback(TrainerCallback):
     def save(self, state: Any) -> Path | None:
         """Write the PNG now (None when nothing was logged yet)."""
         logs = step_logs(state.log_history)
-        if not logs:
-            return None
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        dashboard_figure(logs).savefig(self.path, dpi=90)
-        return self.path
+        return write_bytes(self.path, png_bytes(dashboard_figure(logs), dpi=90)) if logs else None
 
     def on_save(self, args, state, control, **kwargs):  # noqa: D102
         self.save(state)
