@@ -76,10 +76,7 @@ PRESETS: dict[str, list] = {  #: reward presets ``[(reward, weight)]``; TRL logs
 
 def _one_problem(rng: random.Random, level: Level) -> dict[str, str] | None:
     text, formula = rng.choice(level.templates)
-    if formula is None:
-        ops = [rng.choice(level.operators) for _ in range(level.n_operands - 1)]
-    else:
-        ops = formula.split()[1::2]
+    ops = formula.split()[1::2] if formula else [rng.choice(level.operators) for _ in range(level.n_operands - 1)]
     nums = [rng.randint(level.low, level.high) for _ in range(len(ops) + 1)]
     steps, value = [], nums[0]
     for op, y in zip(ops, nums[1:]):

@@ -15,16 +15,15 @@ MAX_STARTS = 16  # how many "{" a completion is searched from
 _DECODER = json.JSONDecoder(parse_constant=int)  # int("NaN") raises ValueError: NaN and Infinity are not JSON
 
 
-def _depth(value: Any) -> int:
-    deepest, stack = 0, [(value, 1)]
+def _too_deep(value: Any) -> bool:
+    stack = [(value, 1)]
     while stack:
         v, d = stack.pop()
         if isinstance(v, (dict, list)):
-            deepest = max(deepest, d)
             if d > MAX_DEPTH:
-                return d
+                return True
             stack.extend((x, d + 1) for x in (v.values() if isinstance(v, dict) else v))
-    return deepest
+    return False
 
 
 @dataclass(frozen=True)
@@ -60,7 +59,7 @@ def find_json_object(text: Any) -> JsonFind:
             except (ValueError, RecursionError):
                 start = t.find("{", start + 1)
                 continue
-            if _depth(obj) > MAX_DEPTH:
+            if _too_deep(obj):
                 return JsonFind(None, error=f"nested deeper than {MAX_DEPTH} levels")
             return JsonFind(obj, outside=" ".join((t[:start] + " " + t[end:]).split()))
         return JsonFind(None, error="no complete JSON object")

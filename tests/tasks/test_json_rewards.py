@@ -200,7 +200,7 @@ def test_every_reward_returns_one_float_or_none_per_completion_and_never_raises(
 @given(obj=st.dictionaries(st.sampled_from(["name", "item", "quantity", "shipping", "extra"]), JSON_VALUES, max_size=5),
        before=st.text(alphabet="abc .!\n", max_size=20), after=st.text(alphabet="abc .!\n", max_size=20))
 def test_an_object_is_found_whatever_surrounds_it(obj, before, after):
-    assume(JR._depth(obj) <= MAX_DEPTH)
+    assume(not JR._too_deep(obj))
     found = find_json_object(before + json.dumps(obj) + after)
     assert found.obj == obj
     assert found.clean == (not (before + after).strip())
