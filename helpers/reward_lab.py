@@ -100,15 +100,6 @@ class GroupAdvantages:
     frac_zero_std: float
 
 
-def nanstd(values: Any, dim: int) -> Any:
-    """TRL's ``trl.trainer.utils.nanstd`` (Bessel-corrected, NaNs left out), without importing TRL's trainers."""
-    import torch
-    mean = torch.nanmean(values, dim=dim, keepdim=True)
-    count = torch.sum(~torch.isnan(values), dim=dim)
-    variance = torch.nanmean((values - mean) ** 2, dim=dim) * count / (count - 1)
-    return torch.sqrt(torch.where(count > 1, variance, torch.full_like(variance, float("nan"))))
-
-
 def group_advantages(rewards: Sequence[Any], group_size: int) -> GroupAdvantages:
     """TRL's advantages (its default ``scale_rewards="group"``) from one total per completion, groups consecutive.
 
@@ -123,8 +114,9 @@ def group_advantages(rewards: Sequence[Any], group_size: int) -> GroupAdvantages
         raise ValueError(f"{totals.numel()} rewards do not split into groups of {group_size} (>= 2): pass every "
                          "completion of every prompt, grouped consecutively (num_generations per prompt).")
     grouped = totals.view(-1, group_size)
-    mean = torch.nanmean(grouped, dim=1)
-    std = nanstd(grouped, dim=1)
+    mean, count = torch.nanmean(grouped, dim=1), torch.sum(~torch.isnan(grouped), dim=1)
+    variance = torch.nanmean((grouped - mean[:, None]) ** 2, dim=1) * count / (count - 1)  # Bessel, NaNs left out
+    std = torch.sqrt(torch.where(count > 1, variance, torch.full_like(variance, float("nan"))))  # TRL's nanstd
     each = std.repeat_interleave(group_size)  # every completion's group std
     adv = (totals - mean.repeat_interleave(group_size)) / (each + 1e-4)
     frac_zero = float(torch.isclose(each, torch.zeros_like(each)).float().mean())  # TRL's frac_reward_zero_std

@@ -213,17 +213,15 @@ def test_totals_and_advantages_match_trls_own_grpo_trainer(tmp_path):
     assert isinstance(mine, GroupAdvantages) and mine.frac_zero_std == 0.25  # one group of four all equal
 
 
-def test_nanstd_is_trls_arithmetic():
+def test_the_group_std_is_trls_nanstd():
     import torch
     from trl.trainer.utils import nanstd as trl_nanstd
-
-    from helpers.reward_lab import nanstd
 
     gen = torch.Generator().manual_seed(0)
     values = torch.randn(5, 6, generator=gen)
     values[0, :5] = float("nan")          # one value left: std undefined (NaN) in both
     values[1, 2] = float("nan")
     values[3] = 2.0                       # all equal: std 0
-    ours, theirs = nanstd(values, dim=1), trl_nanstd(values, dim=1)
+    ours, theirs = torch.tensor(group_advantages(values.flatten().tolist(), 6).group_std), trl_nanstd(values, dim=1)
     assert torch.equal(torch.isnan(ours), torch.isnan(theirs)) and torch.isnan(ours[0])
     assert torch.allclose(ours.nan_to_num(), theirs.nan_to_num(), atol=1e-6) and ours[3] == 0
