@@ -15,12 +15,7 @@ from .runs import write_bytes, write_json
 
 
 def step_logs(log_history: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The per-step entries of a trainer's log history (not the final summary), NaN and inf as None.
-
-    Example:
-        >>> step_logs([{"step": 1, "reward": float("nan")}, {"step": 1, "train_runtime": 3.0}])
-        [{'step': 1, 'reward': None}]
-    """
+    """The per-step entries of a trainer's log history (not the final summary), NaN and inf as None."""
     return [{k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in entry.items()}
             for entry in log_history if "step" in entry and "train_runtime" not in entry]
 

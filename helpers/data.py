@@ -56,13 +56,7 @@ def normalize_question(text: Any) -> str:
 
 
 def validate(rows: Any, task: Task, strict: bool = True, check_duplicates: bool = True) -> list[Problem]:
-    """Every problem in a task's rows (missing columns, empty, refused or repeated questions); raises when ``strict``.
-
-    Example:
-        >>> from helpers.tasks import get_task
-        >>> [str(p) for p in validate([{"question": "", "answer": "3"}], get_task("arithmetic"), strict=False)]
-        ["row 0, field 'question': the question is empty (write it, or delete the row)"]
-    """
+    """Every problem in a task's rows (missing columns, empty, refused or repeated questions); raises if ``strict``."""
     table = records(rows)
     columns = list(getattr(rows, "column_names", None) or dict.fromkeys(k for r in table for k in r))
     problems = [Problem(None, c, "missing_column", f"there is no {c!r} column (columns: {columns}); rename yours, "

@@ -25,15 +25,7 @@ def eval_settings(profile: Any, temperature: float = 0.0, num_return_sequences: 
 
 def score(completions: Sequence[Sequence[str]], rows: Any, task: Task, prefill: str = "",
           rewards: Sequence[Callable] = (), tokenizer: Any = None) -> dict[str, Any]:
-    """Score completions (one list per row) with the task's metrics and the ``rewards``: ``{"summary", "rows"}``.
-
-    Example:
-        >>> from helpers.tasks import get_task
-        >>> good = "<reasoning>\\n2 + 2 = 4\\n</reasoning>\\n<answer>\\n4\\n</answer>"
-        >>> s = score([[good], ["4"]], [{"answer": "4"}, {"answer": "4"}], get_task("arithmetic"))
-        >>> s["summary"]["accuracy"], s["summary"]["format"]
-        (0.5, 0.5)
-    """
+    """Score completions (one list per row) with the task's metrics and the ``rewards``: ``{"summary", "rows"}``."""
     rows = records(rows)
     if len(completions) != len(rows):
         raise ValueError(f"{len(completions)} completion lists for {len(rows)} rows: pass one list per row.")

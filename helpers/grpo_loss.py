@@ -1,11 +1,4 @@
-"""Notebook 06's save point: TRL 1.13's GRPO loss in plain torch (trl/trainer/grpo_trainer.py:3113-3384).
-
-Example:
-    >>> import torch
-    >>> ratio, advantage = torch.tensor([[0.5, 1.0, 1.5]]), torch.tensor([[1.0]])
-    >>> clipped_surrogate(ratio, advantage, epsilon_low=0.2, epsilon_high=0.25).tolist()
-    [[-0.5, -1.0, -1.25]]
-"""
+"""Notebook 06's save point: TRL 1.13's GRPO loss in plain torch (trl/trainer/grpo_trainer.py:3113-3384)."""
 
 from __future__ import annotations
 

@@ -18,13 +18,7 @@ DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 
 def merged_size_bytes(profile: Any, dtype: str) -> int:
-    """Bytes a merged copy of the profile's model takes on disk (weights + 5%).
-
-    Example:
-        >>> from helpers.profiles import get_profile
-        >>> round(merged_size_bytes(get_profile("cpu-smoke"), "float32") / 1e6)
-        567
-    """
+    """Bytes a merged copy of the profile's model takes on disk (weights + 5%)."""
     if dtype not in DTYPE_BYTES:
         raise ValueError(f"dtype={dtype!r}: choose one of {sorted(DTYPE_BYTES)}.")
     return int(get_model_spec(profile.model).params_b * 1e9 * DTYPE_BYTES[dtype] * 1.05)

@@ -21,15 +21,7 @@ def smooth(values: Sequence[float], window: int = 5) -> list[float]:
 
 
 def dashboard_figure(records: Sequence[dict[str, Any]], window: int = 5) -> Any:
-    """Four panels of TRL's per-step logs (rewards, spread in groups, length, KL or loss), raw thin, smoothed thick.
-
-    Example:
-        >>> rows = [{"step": 1, "reward": 0.2, "reward_std": 0.4, "frac_reward_zero_std": 0.5,
-        ...          "completions/mean_length": 20, "completions/clipped_ratio": 0.0,
-        ...          "rewards/correctness_reward/mean": 0.1}]
-        >>> [ax.get_title() for ax in dashboard_figure(rows).axes][:2]
-        ['Rewards (mean per step)', 'Signal: reward spread inside groups']
-    """
+    """Four panels of TRL's per-step logs (rewards, spread in groups, length, KL or loss), raw thin, smoothed thick."""
     fig, ((reward_ax, signal_ax), (length_ax, last_ax)) = _figure((11, 6.5), 2, 2)
 
     def line(ax: Any, key: str, label: str, color: str | None = None) -> bool:

@@ -29,14 +29,7 @@ class Trap:
 
 
 def preflight_warnings(hw: Hardware, profile: Profile, spec: ModelSpec) -> list[Trap]:
-    """The known traps that apply to this machine, profile and model, each with a fix.
-
-    Example:
-        >>> from helpers.profiles import get_profile, get_model_spec
-        >>> t4 = Hardware(True, "Tesla T4", (7, 5), 15.0, 2, 12.0, 50.0, True, False)
-        >>> [w.topic for w in preflight_warnings(t4, get_profile("colab-t4"), get_model_spec("gemma3-1b"))]
-        ['bf16', 'gemma-fp16']
-    """
+    """The known traps that apply to this machine, profile and model, each with a fix."""
     out: list[Trap] = []
     if hw.on_colab and not hw.cuda:
         out.append(Trap("no-gpu", "This Colab runtime has no GPU, so the course falls back to the CPU profile.",

@@ -10,12 +10,7 @@ _MARK = "{#- course prefill #}"
 
 
 def build_prompt(question: str, system_prompt: str | None = None, system_role: bool = True) -> list[dict[str, str]]:
-    """System + user messages; ``system_role=False`` folds the system prompt into the user turn.
-
-    Example:
-        >>> build_prompt("2+2?", "Be brief.", system_role=False)
-        [{'role': 'user', 'content': 'Be brief.\\n\\n2+2?'}]
-    """
+    """System + user messages; ``system_role=False`` folds the system prompt into the user turn."""
     if not system_prompt:
         return [{"role": "user", "content": question}]
     if not system_role:

@@ -35,12 +35,7 @@ class RecipeError(ValueError):
 
 
 def reward_path(func: Callable, task: Task | None = None) -> str:
-    """The dotted path ``trl grpo`` imports back to this very reward (a module-level name).
-
-    Example:
-        >>> reward_path(get_task("arithmetic").rewards[1][0])
-        'helpers.tasks.reasoning.partial_correctness_reward'
-    """
+    """The dotted path ``trl grpo`` imports back to this very reward (a module-level name)."""
     wrapped = getattr(func, "reward", None)  # a Prefilled reward usually lives beside the one it wraps
     modules = [getattr(func, "__module__", None), getattr(wrapped, "__module__", None),
                type(task).__module__ if task is not None else None]

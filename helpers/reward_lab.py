@@ -101,13 +101,7 @@ class GroupAdvantages:
 
 
 def group_advantages(rewards: Sequence[Any], group_size: int) -> GroupAdvantages:
-    """TRL's advantages (its default ``scale_rewards="group"``) from one total per completion, groups consecutive.
-
-    Example:
-        >>> a = group_advantages([1.0, 0.0, 0.0, 0.0, 2.0, 2.0, 2.0, 2.0], group_size=4)
-        >>> [round(x, 3) for x in a.advantages[:4]], a.advantages[4:], a.frac_zero_std
-        ([1.5, -0.5, -0.5, -0.5], [0.0, 0.0, 0.0, 0.0], 0.5)
-    """
+    """TRL's advantages (its default ``scale_rewards="group"``) from one total per completion, groups consecutive."""
     import torch
     totals = torch.tensor([math.nan if r is None else float(r) for r in rewards], dtype=torch.float32)
     if group_size < 2 or totals.numel() % group_size:

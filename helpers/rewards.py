@@ -58,12 +58,7 @@ class Prefilled:
 
 
 def clip(text: Any, width: int | None) -> str:
-    """``text`` on one line (a newline shown as ↵), cut to ``width`` characters (``None``: not cut).
-
-    Example:
-        >>> clip("a\\nb", 9), clip("abcdef", 4)
-        ('a \u21b5 b', 'abc\u2026')
-    """
+    """``text`` on one line (a newline shown as ↵), cut to ``width`` characters (``None``: not cut)."""
     text = str(text).replace("\n", " \u21b5 ")
     return text if width is None or len(text) <= width else text[: width - 1] + "\u2026"
 

@@ -112,16 +112,7 @@ def read_json(path: str | Path) -> Any:
 
 @contextmanager
 def atomic_folder(out_dir: str | Path, overwrite: bool = False) -> Iterator[Path]:
-    """A temporary folder beside ``out_dir``, renamed into place when the block succeeds (``overwrite``: replace).
-
-    Example:
-        >>> import tempfile
-        >>> d = Path(tempfile.mkdtemp()) / "out"
-        >>> with atomic_folder(d) as tmp:
-        ...     _ = (tmp / "x.txt").write_text("hi")
-        >>> (d / "x.txt").read_text()
-        'hi'
-    """
+    """A temporary folder beside ``out_dir``, renamed into place when the block succeeds (``overwrite``: replace)."""
     out_dir = Path(out_dir)
     if out_dir.exists() and any(out_dir.iterdir()) and not overwrite:
         raise FileExistsError(f"{out_dir} already exists and is not empty, so nothing was written. "

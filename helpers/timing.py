@@ -1,10 +1,4 @@
-"""What a GRPO step costs on this machine, and what the profile's time budget buys with it (notebook 00).
-
-Example:
-    >>> t = StepTiming("colab-t4", seconds=(31.0, 20.0), max_steps=250, budget_minutes=45, warmup=False)
-    >>> t.step_seconds, t.steps_in_budget, t.fits
-    (20.0, 134, False)
-"""
+"""What a GRPO step costs on this machine, and what the profile's time budget buys with it (notebook 00)."""
 
 from __future__ import annotations
 

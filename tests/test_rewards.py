@@ -9,7 +9,7 @@ import pickle
 
 import pytest
 
-from helpers.rewards import Prefilled, completion_text, completion_texts, weighted
+from helpers.rewards import Prefilled, clip, completion_text, completion_texts, weighted
 from helpers.tasks import get_task
 from helpers.tasks.reasoning import (
     PREFILL,
@@ -72,6 +72,11 @@ def test_completion_texts():
     assert completion_texts(42) == ["42"]  # not iterable: one completion
     assert completion_texts(iter(["a"])) == ["a"]
     assert completion_texts([Unprintable(), "x"]) == ["", "x"]
+
+
+def test_clip_shows_one_line_cut_to_the_width():
+    assert clip("a\nb", 9) == "a \u21b5 b" and clip("abcdef", 4) == "abc\u2026" and clip("abcd", 4) == "abcd"
+    assert clip(42, 10) == "42" and clip("x" * 100 + "\ny", None) == "x" * 100 + " \u21b5 y"
 
 
 # --------------------------------------------------------------------------- Prefilled

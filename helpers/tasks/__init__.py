@@ -79,16 +79,8 @@ def level_table(task: Task) -> list[dict[str, Any]]:
             for name, spec in task.levels.items()]
 
 
-def get_task(key: str | Task) -> Task:
-    """The task a profile names: ``arithmetic``, ``json``, or ``"module:attribute"`` (a Task subclass or instance).
-
-    Example:
-        >>> task = get_task("arithmetic")
-        >>> task.name, task.prefill, task.headline
-        ('arithmetic', '<reasoning>\\n', 'accuracy')
-    """
-    if isinstance(key, Task):
-        return key
+def get_task(key: str) -> Task:
+    """The task a profile names: ``arithmetic``, ``json``, or ``"module:attribute"`` (a Task subclass or instance)."""
     path = BUILTIN.get(key, key)
     module, _, attribute = path.partition(":")
     if not attribute:

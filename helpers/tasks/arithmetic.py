@@ -91,12 +91,7 @@ def _one_problem(rng: random.Random, level: Level) -> dict[str, str] | None:
 
 
 def generate_arithmetic(n: int, level: str = "add2", seed: int = 0) -> list[dict[str, str]]:
-    """``n`` distinct problems of a generated level, the same for the same ``(level, seed)``.
-
-    Example:
-        >>> [r["question"] for r in generate_arithmetic(2, "add1", seed=1)]
-        ['What is 3 + 6?', 'What is 3 + 2?']
-    """
+    """``n`` distinct problems of a generated level, the same for the same ``(level, seed)``."""
     if level not in LEVELS or level == "gsm8k":
         raise ValueError(f"Unknown generated level {level!r}. Levels: {', '.join(LEVELS)} ('gsm8k' is loaded, "
                          "not generated). Add your own with LEVELS['name'] = Level(...).")

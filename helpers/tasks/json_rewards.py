@@ -40,13 +40,7 @@ class JsonFind:
 
 
 def find_json_object(text: Any) -> JsonFind:
-    """The first JSON *object* in the text, tried from each ``{`` (prose or a code fence around it is ``outside``).
-
-    Example:
-        >>> f = find_json_object('Here: {"name": "Ava"} ok')
-        >>> f.obj, f.outside, f.clean
-        ({'name': 'Ava'}, 'Here: ok', False)
-    """
+    """The first JSON *object* in the text, tried from each ``{`` (prose or a code fence around it is ``outside``)."""
     try:
         t = completion_texts([text])[0]
         if len(t) > MAX_CHARS:

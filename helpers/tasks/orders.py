@@ -76,12 +76,7 @@ def make_schema(fields: Sequence[str]) -> dict[str, Any]:
 
 
 def describe_schema(schema: Mapping[str, Any]) -> str:
-    """The schema's keys in words for the system prompt (the model never sees the schema itself).
-
-    Example:
-        >>> describe_schema(make_schema(["quantity", "shipping"]))
-        'quantity (integer), shipping ("standard" or "express")'
-    """
+    """The schema's keys in words for the system prompt (the model never sees the schema itself)."""
     parts = []
     for key, spec in schema.get("properties", {}).items():
         kind = (" or ".join(json.dumps(v) for v in spec["enum"]) if "enum" in spec else "date as YYYY-MM-DD"

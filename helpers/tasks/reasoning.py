@@ -70,12 +70,7 @@ def find_numbers(text: Any, limit: int = 1000) -> list[str]:
 
 
 def answer_matches(pred: Any, gold: Any) -> bool:
-    """THE right answer: equal numbers once normalised, or equal stripped text for a gold answer that is not a number.
-
-    Example:
-        >>> answer_matches("$1,080.00", "1080"), answer_matches("Paris", "Paris"), answer_matches(None, "4")
-        (True, True, False)
-    """
+    """THE right answer: equal numbers once normalised, or equal stripped text where the gold is not a number."""
     if pred is None or gold is None:
         return False
     pred, gold = str(pred).strip(), str(gold).strip()

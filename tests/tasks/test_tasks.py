@@ -70,7 +70,6 @@ def test_the_builtin_tasks_by_name():
 def test_a_learners_task_by_module_and_class():
     task = get_task(TOY)
     assert isinstance(task, ToyTask) and task.name == "letter-count"
-    assert get_task(task) is task  # a Task instance is used as it is
 
 
 def test_a_module_level_instance_is_used_as_it_is(monkeypatch):
