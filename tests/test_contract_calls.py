@@ -166,9 +166,9 @@ def test_keywords_exist_in_the_recorded_vllm(key):
 
 
 def test_the_vllm_record_is_for_the_pinned_vllm():
-    from helpers.preflight import pinned_versions
+    from helpers.preflight import check_versions
 
-    assert recorded_vllm()["versions"]["vllm"] == pinned_versions(("vllm",))["vllm"], (
+    assert recorded_vllm()["versions"]["vllm"] == {c.package: c.pinned for c in check_versions(("vllm",))}["vllm"], (
         "the vllm pin changed: re-record tests/fixtures/vllm_*_signatures.json from the new wheel")
 
 
