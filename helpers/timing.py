@@ -33,21 +33,17 @@ class StepTiming:
         extra = max(0.0, self.seconds[0] - self.step_seconds)
         return max(0, int((self.budget_minutes * 60 - extra) // max(self.step_seconds, 1e-9)))
 
-    @property
-    def fits(self) -> bool:
-        return self.steps_in_budget is None or self.steps_in_budget >= self.max_steps
-
     def plan(self) -> str:
         """Two or three sentences for notebook 00: the timed step, the budget in steps, what happens."""
         lines = [f"One GRPO step of profile {self.profile!r} takes {self.step_seconds:.1f} s here "
                  f"(the first took {self.seconds[0]:.1f} s: one-off costs)."]
-        if self.budget_minutes is None:
+        if not self.budget_minutes:
             lines.append(f"No time budget: all {self.max_steps} steps take about "
                          f"{self.max_steps * self.step_seconds / 60:.0f} min.")
         else:
             fit = (f"all {self.max_steps} steps fit (about {self.max_steps * self.step_seconds / 60:.1f} min)"
-                   if self.fits else f"training stops after about {self.steps_in_budget} of the {self.max_steps} "
-                   "steps, with the adapter saved; run notebook 03 again to go on from there")
+                   if self.steps_in_budget >= self.max_steps else f"training stops after about {self.steps_in_budget} "
+                   f"of the {self.max_steps} steps, with the adapter saved; run notebook 03 again to go on from there")
             lines.append(f"Time budget: {self.budget_minutes:g} min (COURSE_TIME_BUDGET changes it): {fit}.")
             if self.warmup:
                 lines.append("The format warm-up before GRPO counts in the budget too.")
