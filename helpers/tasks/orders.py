@@ -75,16 +75,6 @@ def make_schema(fields: Sequence[str]) -> dict[str, Any]:
             "required": list(fields), "additionalProperties": False}
 
 
-def describe_schema(schema: Mapping[str, Any]) -> str:
-    """The schema's keys in words for the system prompt (the model never sees the schema itself)."""
-    parts = []
-    for key, spec in schema.get("properties", {}).items():
-        kind = (" or ".join(json.dumps(v) for v in spec["enum"]) if "enum" in spec else "date as YYYY-MM-DD"
-                if spec.get("pattern") == FIELD_SCHEMAS["date"]["pattern"] else str(spec.get("type", "any value")))
-        parts.append(f"{key} ({kind})")
-    return ", ".join(parts)
-
-
 def _one_order(rng: random.Random, level: Level) -> dict[str, str]:
     qty, ship = rng.randint(2, 12), rng.choice(sorted(SHIPPING_PHRASES))
     month, day = rng.randint(1, 12), rng.randint(1, 28)
@@ -117,8 +107,13 @@ class OrdersTask(Task):
     min_completion_tokens = 32
 
     def system_prompt_for(self, row: Mapping[str, Any]) -> str:
+        keys = []  # the schema's keys in words (the model never sees the schema itself)
+        for key, spec in json.loads(row["schema"]).get("properties", {}).items():
+            kind = (" or ".join(json.dumps(v) for v in spec["enum"]) if "enum" in spec else "date as YYYY-MM-DD"
+                    if spec.get("pattern") == FIELD_SCHEMAS["date"]["pattern"] else str(spec.get("type", "any value")))
+            keys.append(f"{key} ({kind})")
         return ("Extract the order from the message. Reply with one JSON object and nothing else, with exactly "
-                f"these keys: {describe_schema(json.loads(row['schema']))}.")
+                f"these keys: {', '.join(keys)}.")
 
     def make_rows(self, level: str, n: int, seed: int) -> list[dict[str, str]]:
         if level not in LEVELS:
