@@ -84,7 +84,4 @@ def render_step(df: Any, step: int | None = None, max_completions: int = 8) -> s
 
 
 def _num(value: Any) -> str:
-    try:
-        return "&ndash;" if value is None or value != value else f"{float(value):.2f}"
-    except (TypeError, ValueError):
-        return html.escape(str(value))
+    return "&ndash;" if value is None or value != value else f"{float(value):.2f}"  # None or NaN: a dash
