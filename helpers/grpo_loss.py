@@ -183,10 +183,8 @@ class CaptureLoss:
 
 def load_weights(model: Any, weights: dict[str, torch.Tensor]) -> None:
     """Copy saved trainable weights (:attr:`Captured.weights`) back into ``model``."""
-    params = dict(model.named_parameters())
-    with torch.no_grad():
-        for name, value in weights.items():
-            params[name].copy_(value)
+    if unknown := model.load_state_dict(weights, strict=False).unexpected_keys:
+        raise KeyError(f"{unknown[:3]} are not weights of this model: load weights captured from it.")
 
 
 def lora_grads(model: Any) -> dict[str, torch.Tensor]:

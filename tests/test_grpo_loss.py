@@ -95,6 +95,18 @@ def test_settings_read_a_config_as_trl_does():
         LossSettings(loss_type="ppo")
 
 
+def test_saved_weights_go_back_into_the_model_and_others_are_refused():
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 1))
+    model[1].weight.requires_grad_(False)
+    saved = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+    with torch.no_grad():
+        model[0].weight.add_(1.0)
+    load_weights(model, saved)
+    assert torch.equal(model[0].weight, saved["0.weight"])
+    with pytest.raises(KeyError, match="not weights of this model"):
+        load_weights(model, {"lora_A.weight": torch.zeros(1)})
+
+
 # --------------------------------------------------------------------------- against TRL, on a real batch
 
 #: The run a batch is caught from: one generation batch over two optimizer steps (so TRL records old
