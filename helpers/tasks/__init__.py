@@ -57,14 +57,14 @@ class Task:
         return {"task_level": first, "warmup_level": first}
 
 
-def distinct_rows(draw: Callable[[], dict | None], n: int, where: str, noun: str, fix: str) -> list[dict]:
+def distinct_rows(draw: Callable[[], dict | None], n: int, where: str) -> list[dict]:
     """``n`` rows of ``draw()`` with distinct questions (``None``: draw again), or an error when they run out."""
     rows, seen, attempts = [], set(), 0
     while len(rows) < n:
         attempts += 1
         if attempts > 50 * n + 1000:
-            raise ValueError(f"{where} gave only {len(rows)} distinct {noun}, fewer than the {n} asked for. "
-                             f"Ask for fewer rows or {fix}.")
+            raise ValueError(f"{where} gave only {len(rows)} distinct questions, fewer than the {n} asked for. Ask "
+                             "for fewer rows, or make the level bigger (a wider range of numbers, more templates).")
         row = draw()
         if row is not None and row["question"] not in seen:
             seen.add(row["question"])

@@ -96,8 +96,7 @@ def generate_arithmetic(n: int, level: str = "add2", seed: int = 0) -> list[dict
         raise ValueError(f"Unknown generated level {level!r}. Levels: {', '.join(LEVELS)} ('gsm8k' is loaded, "
                          "not generated). Add your own with LEVELS['name'] = Level(...).")
     rng, spec = random.Random(f"arithmetic:{level}:{seed}"), LEVELS[level]
-    rows = distinct_rows(lambda: _one_problem(rng, spec), n, f"Level {level!r} ({spec.description})", "problems",
-                         "widen the level's range")
+    rows = distinct_rows(lambda: _one_problem(rng, spec), n, f"Level {level!r} ({spec.description})")
     return [dict(row, level=level) for row in rows]
 
 

@@ -121,8 +121,7 @@ class OrdersTask(Task):
                              "helpers.tasks.orders.LEVELS['name'] = Level(...).")
         rng, spec = random.Random(f"orders:{level}:{seed}"), LEVELS[level]
         schema = json.dumps(make_schema(spec.fields))
-        rows = distinct_rows(lambda: _one_order(rng, spec), n, f"Level {level!r}", "messages",
-                             "add templates to the level")
+        rows = distinct_rows(lambda: _one_order(rng, spec), n, f"Level {level!r}")
         return [dict(row, schema=schema, level=level) for row in rows]
 
     def reference(self, row: Mapping[str, Any]) -> str:

@@ -96,7 +96,8 @@ def test_unknown_level_and_field_name_the_valid_ones():
 
 def test_a_level_too_small_for_the_rows_asked_says_so(monkeypatch):
     monkeypatch.setitem(LEVELS, "tiny", Level("one sentence", ("name",), ("Hello.",)))
-    with pytest.raises(ValueError, match="'tiny' gave only 1 distinct messages, fewer than the 3 asked for"):
+    with pytest.raises(ValueError, match=r"'tiny' gave only 1 distinct questions, fewer than the 3 asked for\. Ask for "
+                                         "fewer rows, or make the level bigger"):
         TASK.make_rows("tiny", 3, 0)
 
 
