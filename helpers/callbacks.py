@@ -21,8 +21,7 @@ def step_logs(log_history: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 class DashboardCallback(TrainerCallback):
-    """The training dashboard, redrawn every ``every`` logged steps in a notebook (``live=None`` detects a kernel)
-    with a progress line (one per step elsewhere), and saved to ``<run>/figures/dashboard.png`` at every save."""
+    """The training dashboard, redrawn every ``every`` logged steps in a notebook, a progress line elsewhere."""
 
     def __init__(self, run: str | Path, every: int = 5, live: bool | None = None,
                  print_fn: Callable[[str], None] = print) -> None:
@@ -72,8 +71,7 @@ class DashboardCallback(TrainerCallback):
 
 
 class TimeBudgetCallback(TrainerCallback):
-    """Stop (and save) when one more step as long as the last would end past ``minutes`` since ``start`` (a
-    ``time.time()``: earlier work, e.g. a warm-up, counts); ``stopped_at_step`` says where."""
+    """Stop and save once one more step as long as the last would end ``minutes`` after ``start`` (a warm-up counts)."""
 
     def __init__(self, minutes: float, start: float | None = None) -> None:
         if not minutes or minutes <= 0:
@@ -98,8 +96,7 @@ class TimeBudgetCallback(TrainerCallback):
 
 
 class RunLogCallback(TrainerCallback):
-    """Keep ``<run>/metrics.jsonl`` equal to the per-step log history (rewritten at every save: a resumed run
-    neither repeats nor loses a step)."""
+    """Keep ``<run>/metrics.jsonl`` equal to the per-step logs, rewritten at each save (a resumed run repeats none)."""
 
     def __init__(self, run: str | Path) -> None:
         self.path = Path(run) / "metrics.jsonl"

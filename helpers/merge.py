@@ -13,15 +13,13 @@ from .profiles import get_model_spec
 from .rewards import clip
 from .runs import atomic_folder
 
-#: Bytes per weight of each dtype a merge can write.
-DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
-
 
 def merged_size_bytes(profile: Any, dtype: str) -> int:
     """Bytes a merged copy of the profile's model takes on disk (weights + 5%)."""
-    if dtype not in DTYPE_BYTES:
-        raise ValueError(f"dtype={dtype!r}: choose one of {sorted(DTYPE_BYTES)}.")
-    return int(get_model_spec(profile.model).params_b * 1e9 * DTYPE_BYTES[dtype] * 1.05)
+    per_weight = {"float32": 4, "float16": 2, "bfloat16": 2}  # bytes of each dtype a merge can write
+    if dtype not in per_weight:
+        raise ValueError(f"dtype={dtype!r}: choose one of {sorted(per_weight)}.")
+    return int(get_model_spec(profile.model).params_b * 1e9 * per_weight[dtype] * 1.05)
 
 
 def saved_dtype(model_dir: str | Path) -> str | None:
