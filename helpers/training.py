@@ -84,8 +84,8 @@ def check_config(config: Any, profile: Profile, capability: tuple[int, int] | No
         errors.append(f"fp16=True on a CPU: there is no fp16 autocast on a CPU, the run would be float32 anyway. Set "
                       f"fp16=False ({fix}).")
     elif bf16 and (capability is None if on_gpu else not cpu_bf16()):
-        errors.append(f"bf16=True on a CPU without native bf16 (AVX512-BF16 or AMX: helpers.machine.cpu_bf16() is "
-                      f"False): emulated bf16 is many times slower than float32. Set bf16=False ({fix}).")
+        errors.append(f"bf16=True on a CPU where bf16 is not faster than float32 (helpers.machine.cpu_bf16() is False: "
+                      f"no AVX512-BF16 or AMX, or its bf16 matmuls measured slower here). Set bf16=False ({fix}).")
     elif bf16 and on_gpu and not native_bf16(capability):
         errors.append(f"bf16=True on a GPU of compute capability {capability[0]}.{capability[1]} (a T4 is 7.5): bf16 "
                       f"needs 8.0 or newer (A100, L4, H100), even if torch.cuda.is_bf16_supported() says True. Use "
@@ -209,7 +209,7 @@ def train_grpo(profile: Profile, run: str | Path, model: Any = None, tokenizer: 
     from transformers import PrinterCallback
     from trl import GRPOTrainer
     start, run = budget_start or time.time(), Path(run)
-    if model is None:  # on a CPU with native bf16, the frozen base in bf16 (notebook 03's loading cell)
+    if model is None:  # on a CPU where bf16 is faster, the frozen base in bf16 (notebook 03's loading cell)
         model, tokenizer = load_model(profile, bf16=precision(profile, None)["bf16"])
     rewards = get_task(profile.task).rewards_for(profile.task_level)
     config = grpo_config(profile, run)

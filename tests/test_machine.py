@@ -59,24 +59,48 @@ def test_hardware_is_a_frozen_record():
         hw.cpus = 4  # type: ignore[misc]
 
 
-@pytest.mark.parametrize("capability, chip, expected", [
-    ("AVX2", {"avx512_bf16": True, "amx_bf16": True}, False),  # torch runs no bf16 kernels here, whatever the chip has
-    ("DEFAULT", {"avx512_bf16": True}, False),
-    ("SVE256", {}, False),                                     # ARM: float32
-    ("AVX512", {"avx512_bf16": False, "amx_bf16": False}, False),  # AVX-512 without its BF16 extension or AMX
-    ("AVX512", {"avx512_bf16": True}, True),                   # e.g. AMD Zen 4, Intel Cooper Lake
-    ("AVX512", {"amx_bf16": True}, True),                      # AMX tiles (Intel Sapphire Rapids)
+@pytest.mark.parametrize("capability, chip, speedup, expected", [
+    ("AVX2", {"avx512_bf16": True, "amx_bf16": True}, 4.0, False),  # torch runs no bf16 kernels here
+    ("DEFAULT", {"avx512_bf16": True}, 4.0, False),
+    ("SVE256", {}, 4.0, False),                                     # ARM: float32
+    ("AVX512", {"avx512_bf16": False, "amx_bf16": False}, 4.0, False),  # AVX-512 without its BF16 extension or AMX
+    ("AVX512", {"avx512_bf16": True}, 2.3, True),                   # bf16 measured 2.3x faster (seen on one machine)
+    ("AVX512", {"avx512_bf16": True}, 0.6, False),                  # AVX512-BF16, yet bf16 slower (seen on another)
+    ("AVX512", {"amx_bf16": True}, 1.5, True),                      # AMX tiles (Intel Sapphire Rapids), at the bar
 ])
-def test_cpu_bf16_needs_both_the_kernels_and_the_instructions(monkeypatch, capability, chip, expected):
+def test_cpu_bf16_needs_the_kernels_the_instructions_and_the_speed(monkeypatch, capability, chip, speedup, expected):
     import torch
+
+    from helpers import machine
 
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
     monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: chip)
-    assert cpu_bf16() is expected
+    monkeypatch.setattr(machine, "bf16_speedup", lambda: speedup)
+    cpu_bf16.cache_clear()
+    try:
+        assert cpu_bf16() is expected
+    finally:
+        cpu_bf16.cache_clear()
 
 
-def test_cpu_bf16_on_this_machine_is_a_bool():
-    assert isinstance(cpu_bf16(), bool)
+def test_bf16_speedup_times_both_dtypes_on_a_small_matmul():
+    from helpers.machine import bf16_speedup
+
+    ratio = bf16_speedup(8, 16, 8)
+    assert 0 < ratio < 1000
+
+
+def test_cpu_bf16_on_this_machine_is_a_bool_measured_once(monkeypatch):
+    from helpers import machine
+
+    calls = []
+    monkeypatch.setattr(machine, "bf16_speedup", lambda: calls.append(1) or 1.0)
+    cpu_bf16.cache_clear()
+    try:
+        assert isinstance(cpu_bf16(), bool) and cpu_bf16() == cpu_bf16()
+        assert len(calls) <= 1  # none where the chip has no bf16 instructions, else one measurement per process
+    finally:
+        cpu_bf16.cache_clear()
 
 
 def test_cpu_bf16_is_false_under_avx2_kernels():

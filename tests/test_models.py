@@ -231,7 +231,7 @@ def test_the_head_gets_contiguous_hidden_states_and_gives_the_same_logits():
 
 @pytest.mark.slow
 def test_load_model_bf16_keeps_the_base_in_bf16_and_lora_in_float32():
-    """Notebook 03 on a CPU with native bf16: the frozen base in bf16, PEFT's LoRA weights in float32."""
+    """Notebook 03 on a CPU where bf16 is faster: the frozen base in bf16, PEFT's LoRA weights in float32."""
     import torch
 
     model, _ = load_model(get_profile("cpu-smoke"), bf16=True)

@@ -49,7 +49,7 @@ def weights(profile):
 
 @pytest.fixture(autouse=True)
 def cpu_without_bf16(monkeypatch):
-    """Every test sees a CPU without native bf16 (float32: the same answers on every machine); the tests of
+    """Every test sees a CPU where bf16 is not faster (float32: the same answers on every machine); the tests of
     a bf16 CPU say so."""
     monkeypatch.setattr(training, "cpu_bf16", lambda: False)
 
@@ -77,8 +77,9 @@ def test_precision_follows_the_backend_the_capability_and_the_model(profile, cap
     assert torch_dtype(profile, capability) == dtype
 
 
-def test_a_cpu_with_native_bf16_trains_with_bf16_autocast(monkeypatch, tmp_path):
-    """AVX512-BF16 or AMX: bf16 autocast (the weights stay float32); a GPU profile is not affected."""
+def test_a_cpu_with_fast_bf16_trains_with_bf16_autocast(monkeypatch, tmp_path):
+    """bf16 measured faster (AVX512-BF16 or AMX): bf16 autocast (the weights stay float32); a GPU profile is not
+    affected."""
     monkeypatch.setattr(training, "cpu_bf16", lambda: True)
     assert precision(SMOKE, None) == precision(SMOKE, A100) == {"bf16": True, "fp16": False}
     assert torch_dtype(SMOKE, None) == "float32"
@@ -101,7 +102,7 @@ def test_cpu_profiles_skip_gradient_checkpointing_gpu_profiles_keep_it(tmp_path)
 
 
 @pytest.mark.parametrize("profile, config, capability, message", [
-    (SMOKE, cfg(bf16=True), None, "bf16=True on a CPU without native bf16"),
+    (SMOKE, cfg(bf16=True), None, "bf16=True on a CPU where bf16 is not faster"),
     (SMOKE, cfg(fp16=True), None, "fp16=True on a CPU"),
     (get_profile("colab-t4"), cfg(bf16=True), None, "bf16=True on a CPU"),  # a GPU profile with no GPU seen
     (get_profile("colab-t4"), cfg(bf16=True), T4, "compute capability 7.5"),
@@ -502,7 +503,7 @@ def test_a_bf16_cpu_trains_on_a_bf16_base_with_float32_lora(tmp_path, monkeypatc
 
     from helpers.training import train_grpo
 
-    monkeypatch.setattr(training, "cpu_bf16", lambda: True)  # what precision() picks on an AMX/AVX512-BF16 CPU
+    monkeypatch.setattr(training, "cpu_bf16", lambda: True)  # what precision() picks where bf16 is measured faster
     profile = get_profile("cpu-smoke", max_steps=1, time_budget_minutes=None)
     seen = []  # (grad enabled: training, not sampling; the output dtype) of every call
     real_load = training.load_model
