@@ -1,4 +1,9 @@
-"""From a task's rows to a GRPO dataset (notebook 01's save point): a leak-free split with TRL's ``prompt`` column."""
+"""From a task's rows to a GRPO dataset (notebook 01's save point): a leak-free split with TRL's ``prompt`` column.
+
+Example:
+    >>> dedupe([{"question": "What is 2+2?"}, {"question": " what is 2+2? "}, {"question": "1+1?"}])
+    ([{'question': 'What is 2+2?'}, {'question': '1+1?'}], [1])
+"""
 
 from __future__ import annotations
 

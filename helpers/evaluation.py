@@ -1,4 +1,9 @@
-"""Held-out evaluation of any task: every side (base, warm-up, GRPO) sampled from one model with the same settings."""
+"""Held-out evaluation of any task: every side (base, warm-up, GRPO) sampled from one model with the same settings.
+
+Example:
+    >>> round(pass_at_k(n=8, c=2, k=4), 3)
+    0.786
+"""
 
 from __future__ import annotations
 

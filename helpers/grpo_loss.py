@@ -160,27 +160,6 @@ class Captured:
     metrics: dict[str, float]
 
 
-class CaptureLoss:
-    """Mixin, first in the bases: keeps each micro-step in ``self.captured`` (trl/trainer/grpo_trainer.py:3027-3035)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.captured: list[Captured] = []
-
-    def compute_loss(self, model: Any, inputs: dict[str, Any], return_outputs: bool = False,
-                     num_items_in_batch: Any = None) -> torch.Tensor:
-        if not model.training:  # an evaluation pass: nothing to keep
-            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-        weights = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
-        logged = {k: len(v) for k, v in self._metrics["train"].items()}
-        loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-        self.captured.append(Captured(
-            len(self.captured), {k: v.detach().clone() if torch.is_tensor(v) else v for k, v in inputs.items()},
-            loss.item(), weights, self.current_gradient_accumulation_steps,
-            {k: v[-1] for k, v in self._metrics["train"].items() if len(v) > logged.get(k, 0)}))
-        return loss
-
-
 def load_weights(model: Any, weights: dict[str, torch.Tensor]) -> None:
     """Copy saved trainable weights (:attr:`Captured.weights`) back into ``model``."""
     if unknown := model.load_state_dict(weights, strict=False).unexpected_keys:

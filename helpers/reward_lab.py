@@ -1,4 +1,9 @@
-"""Testing rewards before GRPO does: hand-written cases, each reward's score as TRL calls it, TRL's advantages."""
+"""Testing rewards before GRPO does: hand-written cases, each reward's score as TRL calls it, TRL's advantages.
+
+Example:
+    >>> group_advantages([1.0, 0.0, 1.0, 1.0], group_size=2).frac_zero_std
+    0.5
+"""
 
 from __future__ import annotations
 

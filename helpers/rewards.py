@@ -1,4 +1,9 @@
-"""Reward plumbing in TRL's convention: ``f(completions, **columns)`` -> a float or ``None`` each, never raising."""
+"""Reward plumbing in TRL's convention: ``f(completions, **columns)`` -> a float or ``None`` each, never raising.
+
+Example:
+    >>> completion_texts(["plain", [{"role": "assistant", "content": "chat"}]])
+    ['plain', 'chat']
+"""
 
 from __future__ import annotations
 

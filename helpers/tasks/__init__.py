@@ -1,4 +1,9 @@
-"""The task interface :class:`Task`: subclass it, and ``get_profile(task="my_module:MyTask")`` runs the course on it."""
+"""The task interface :class:`Task`: subclass it, and ``get_profile(task="my_module:MyTask")`` runs the course on it.
+
+Example:
+    >>> get_task("arithmetic").score("<reasoning>\\n3 + 4 = 7\\n</reasoning>\\n<answer>\\n7\\n</answer>", {"answer": "7"})
+    {'accuracy': 1.0, 'correct': 1.0, 'format': 1.0}
+"""
 
 from __future__ import annotations
 

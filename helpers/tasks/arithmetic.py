@@ -1,4 +1,9 @@
-"""The arithmetic task: sums generated offline in levels, with worked solutions, and GSM8K as its level ``gsm8k``."""
+"""The arithmetic task: sums generated offline in levels, with worked solutions, and GSM8K as its level ``gsm8k``.
+
+Example:
+    >>> generate_arithmetic(1, "add1", seed=1)[0]
+    {'question': 'What is 3 + 6?', 'answer': '9', 'solution': '3 + 6 = 9', 'level': 'add1'}
+"""
 
 from __future__ import annotations
 

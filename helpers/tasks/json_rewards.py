@@ -1,4 +1,9 @@
-"""Rewards for one JSON object that fits the row's ``schema`` and holds its ``answer``; bounded, never raising."""
+"""Rewards for one JSON object that fits the row's ``schema`` and holds its ``answer``; bounded, never raising.
+
+Example:
+    >>> find_json_object('Sure: {"item": "tea"} done')
+    JsonFind(obj={'item': 'tea'}, outside='Sure: done', error='')
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,9 @@
-"""The ``<reasoning>``/``<answer>`` format and its rewards; :func:`answer_matches` is THE rule for a right answer."""
+"""The ``<reasoning>``/``<answer>`` format and its rewards; :func:`answer_matches` is THE rule for a right answer.
+
+Example:
+    >>> correctness_reward(["7\\n</reasoning>\\n<answer>\\n7\\n</answer>", "<answer>8</answer>"], answer=["7", "7"])
+    [2.0, 0.0]
+"""
 
 from __future__ import annotations
 
