@@ -142,27 +142,36 @@ def render() -> str:
     if (MEASURED / "step_profile.json").is_file():
         sp = load("step_profile")
         native, avx2, res = sp["compare"]["native"], sp["compare"]["avx2"], sp["results"]
-        phases = res["native/course"]["phases"]
+        course = res["native/course"]
+        phases, picked = course["phases"], course["settings"]
         share = {name: round(100 * phase["share"]) for name, phase in phases.items()}
-        wall = {name: res[f"native/{name}"]["step"]["wall_s"] for name in ("autocast_only", "no_head_fix")
-                if f"native/{name}" in res}
+        roof = course["roofline_gflop_per_s"]["train_1360x576x1536"]
+        setting = ("the frozen base in bf16, LoRA in float32, bf16 autocast" if picked["bf16"] else "float32")
         lines += ["", f"One `cpu-demo` GRPO step, phase by phase (`bench/step_profile.py`, {sp['rounds']} rounds "
-                      f"interleaved): the course's settings (on this CPU: the frozen base in bf16, LoRA in float32, "
-                      f"bf16 autocast, `contiguous_head_input`, no gradient checkpointing) take "
-                      f"{native['course_s_per_step']:.1f} s against {native['today_s_per_step']:.1f} s in "
-                      f"float32 with checkpointing ({native['speedup']:.2f}x); with `ATEN_CPU_CAPABILITY=avx2` and "
-                      f"one thread, where the course picks float32 by itself, {avx2['course_s_per_step']:.1f} s "
-                      f"against {avx2['today_s_per_step']:.1f} s ({avx2['speedup']:.2f}x)."
-                  + (f" In the same run bf16 autocast on a float32 base (the course's previous setting) took "
-                     f"{wall['autocast_only']:.1f} s, and the bf16 base without the head fix "
-                     f"{wall['no_head_fix']:.1f} s: a bf16 base hands the LM head a bf16 slice, which torch's CPU "
-                     "matmul multiplies by copying the vocabulary matrix once per sequence."
-                     if len(wall) == 2 else "")
+                      f"interleaved on one 2-core machine): the course's settings (here {setting}, "
+                      f"`contiguous_head_input`, no gradient checkpointing) take {native['course_s_per_step']:.1f} s "
+                      f"against {native['today_s_per_step']:.1f} s in float32 with checkpointing, the settings before "
+                      f"issue 19 ({native['speedup']:.2f}x); with `ATEN_CPU_CAPABILITY=avx2` and one thread "
+                      f"{avx2['course_s_per_step']:.1f} s against {avx2['today_s_per_step']:.1f} s "
+                      f"({avx2['speedup']:.2f}x)."
+                  + (f" This CPU has AVX512-BF16 or AMX, and its plain matmul at the training shape ran at {roof['bfloat16']:.0f} GFLOP/s in bf16 "
+                     f"against {roof['float32']:.0f} in float32, so `helpers.machine.cpu_bf16` measured bf16 as not "
+                     f"faster and the course picked float32; forcing the bf16 base anyway took "
+                     f"{res['native/bf16']['step']['wall_s']:.1f} s a step."
+                     if picked.get("chip_bf16") and not picked["bf16"] and "native/bf16" in res else "")
                   + f" Generation is {share['generation']}% of the step, the loss's forward "
                     f"{share['logprob_loss_forward']}% and the backward {share['backward']}%; generation runs at "
                     f"{pct(phases['generation']['of_fp32_roofline'])} of the float32 matmul rate measured in the "
-                    "same run: at 16 sequences a decoding step is small matrices and per-op overhead. That is the "
-                    "largest part of the step still open."]
+                    "same run: at 16 sequences a decoding step is small matrices and per-op overhead."]
+        if (MEASURED / "step_profile_bf16cpu.json").is_file():
+            old = load("step_profile_bf16cpu")
+            oroof, onat = old["results"]["native/course"]["roofline_gflop_per_s"]["train_1360x576x1536"], \
+                old["compare"]["native"]
+            lines[-1] += (f" An earlier machine of the project (`step_profile_bf16cpu.json`) multiplied bf16 at "
+                          f"{oroof['bfloat16']:.0f} GFLOP/s against {oroof['float32']:.0f} in float32; there the "
+                          f"course trained on a bf16 base and its step took {onat['course_s_per_step']:.1f} s against "
+                          f"{onat['today_s_per_step']:.1f} s ({onat['speedup']:.2f}x). Which precision is faster "
+                          "depends on the CPU, so the course measures it.")
     if (MEASURED / "learning_json.json").is_file():
         js = load("learning_json")
         w, a, b = js["after_warmup"], js["after"], js["before"]
