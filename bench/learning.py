@@ -15,8 +15,8 @@ unbiased estimator (``helpers.evaluation.pass_at_k``). Prints ONE JSON object:
      "grpo_gain": after - after_warmup on the headline metric, "pass_at_k": {side: {k: value}},
      "train_seconds", "steps", "seconds_per_step", "recipe": {...}, "machine": {...}}
 
-The profile's time budget (10 minutes on cpu-demo) covers the warm-up and GRPO; the evaluations are not
-counted. Progress goes to stderr. Not a test: it never gates CI. ``--set`` overrides profile fields;
+The profile's time budget (6 minutes, at most 30 steps, on cpu-demo) covers the warm-up and GRPO; the evaluations
+are not counted. Progress goes to stderr. Not a test: it never gates CI. ``--set`` overrides profile fields;
 ``--precision`` overrides what ``helpers.training.precision`` picks for this machine (where
 ``helpers.machine.cpu_bf16`` measures bf16 faster: the frozen base in bf16, LoRA in float32, bf16 autocast; float32
 elsewhere), to compare the two on one recipe.

@@ -79,7 +79,8 @@ def render() -> str:
         "|---|---|---|",
         f"| the course, `cpu-smoke` | {smoke['seconds']:.0f} s | every notebook, Hub offline |",
         f"| the course, `cpu-demo` | {demo['seconds']:.0f} s ({demo['seconds'] / 60:.1f} min) | notebooks 03 and 05 "
-        f"each train for the {learning['recipe']['time_budget_minutes']}-minute budget |",
+        f"each train for {learning['recipe']['max_steps']} steps or {learning['recipe']['time_budget_minutes']} "
+        "minutes, whichever comes first |",
     ]
     if test:
         lines.append(f"| `make test` | {test['seconds']:.0f} s ({test['seconds'] / 60:.1f} min) | with the bundled "
@@ -97,32 +98,47 @@ def render() -> str:
            + ", ".join(f"{SIDE.get(side, side)} {pct(c['1'])} → {pct(c[str(k)])}" for side, c in passk.items())
            + "." if passk else ""),
     ]
+    if (MEASURED / "learning_curve.json").is_file():
+        def points(c: dict) -> str:
+            return ", ".join(f"{pct(h)} at step {step}" for step, h, _ in c["curve"])
+
+        cur = load("learning_curve")
+        lines += ["", f"Step by step (`bench/learning_curve.py`, {cur['eval']['rows']} held-out sums, greedy, seed "
+                      f"{cur['recipe']['seed']}): accuracy {points(cur)} (0: after the warm-up). That plateau is why "
+                      f"`cpu-demo` trains {learning['recipe']['max_steps']} steps."]
+        if (MEASURED / "learning_curve_json.json").is_file():
+            lines[-1] += f" The JSON task's exact match: {points(load('learning_curve_json'))}."
+        if (MEASURED / "learning_curve_lr1e3.json").is_file():
+            hot = load("learning_curve_lr1e3")
+            lines[-1] += (f" With learning rate {hot['recipe']['learning_rate']:g} instead of "
+                          f"{cur['recipe']['learning_rate']:g} the arithmetic run collapsed: {points(hot)}.")
     if (MEASURED / "learning_seeds.json").is_file():
         ls = load("learning_seeds")
-        bp, paired, n, fp = ls["by_precision"], ls["paired"], len(ls["seeds"]), load("learning_fp32")
+        bp, paired, n = ls["by_precision"], ls["paired"], len(ls["seeds"])
+        bf16_runs = [r for r in ls["runs"] if r["precision"] == "bf16"]
         low_format = min(bp[p]["format"]["min"] for p in bp)
 
         def span(p: str, m: str, points: bool = False) -> str:
             f = (lambda x: f"{100 * x:+.1f}") if points else pct
             return f"{f(bp[p][m]['mean'])} ({f(bp[p][m]['min'])} to {f(bp[p][m]['max'])})"
 
-        lines += ["", f"bf16 against float32 on the same recipe (`bench/learning_seeds.py`: seeds "
+        lines += ["", f"bf16 against float32 on the earlier machine where bf16 was faster (`bench/learning_seeds.py`, "
+                      "the recipe before `cpu-demo` was cut to 30 steps: seeds "
                       f"{', '.join(map(str, ls['seeds']))}, {ls['steps']} GRPO steps each, the mean and the range of "
-                      f"{n} runs): after GRPO {span('bf16', 'after')} with bf16 (what this CPU picks), "
+                      f"{n} runs): after GRPO {span('bf16', 'after')} with bf16 (what that CPU picked), "
                       f"{span('fp32', 'after')} in float32; after the warm-up {span('bf16', 'after_warmup')} and "
                       f"{span('fp32', 'after_warmup')}; GRPO's own gain {span('bf16', 'grpo_gain', True)} and "
                       f"{span('fp32', 'grpo_gain', True)} points; format after GRPO "
-                      f"{'' if low_format == 1 else 'at least '}{pct(low_format)} in every run. Seed 3407's two runs are "
-                      f"`learning.json` ({learning['seconds_per_step']:.1f} s a step) and `learning_fp32.json` "
-                      f"({fp['seconds_per_step']:.1f} s a step). Seed by seed, bf16 minus "
+                      f"{'' if low_format == 1 else 'at least '}{pct(low_format)} in every run; bf16 took "
+                      f"{min(r['seconds_per_step'] for r in bf16_runs):.1f} s a step at best. Seed by seed, bf16 minus "
                       f"float32 after GRPO: {', '.join(f'{100 * d:+.1f}' for d in paired['after'])} points. "
                       f"So bf16 is not shown to learn as well: its mean is "
                       f"{100 * (bp['fp32']['after']['mean'] - bp['bf16']['after']['mean']):.1f} points lower and its "
                       f"runs spread over {100 * (bp['bf16']['after']['max'] - bp['bf16']['after']['min']):.1f} points "
                       f"against {100 * (bp['fp32']['after']['max'] - bp['fp32']['after']['min']):.1f} in float32, "
-                      f"and the {pct(after['accuracy'])} above is the best of its {n} seeds. With {n} seeds it cannot "
-                      "be called worse either. The course keeps bf16 where the CPU computes it for the faster "
-                      "step; notebook 03 says how to train in float32 instead."]
+                      f"and its best run, {pct(bp['bf16']['after']['max'])}, is one of {n}. With {n} seeds it cannot "
+                      "be called worse either. The course uses bf16 only where it measures it faster; notebook 03 "
+                      "says how to train in float32 anyway."]
     elif (MEASURED / "learning_fp32.json").is_file():
         fp = load("learning_fp32")
         spread = round(100 * max(max(v) - min(v) for v in loss_type_finals(load("loss_types")).values()))
