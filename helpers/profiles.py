@@ -154,13 +154,13 @@ CPU_SMOKE = Profile(
     minutes={"00_setup": 0.3, "01_dataset_prep": 0.1, "02_reward_lab": 0.2,
              "03_grpo_training": 0.4, "04_merge_and_inference": 0.6, "05_your_own_task": 0.7, "06_inside_grpo": 2.0},
 )
-#: A laptop: the same model, a harder level, groups of 8, 30 steps or 6 minutes (both tasks plateau by step 20).
+#: A laptop: the same model, a harder level, groups of 8, 30 steps or 6 minutes (arithmetic plateaus by step 20).
 CPU_DEMO = dataclasses.replace(
     CPU_SMOKE, name="cpu-demo", task_level="add2", train_rows=1000, eval_rows=200, max_completion_length=32,
     num_generations=8, per_device_train_batch_size=16, max_steps=30, learning_rate=3e-4, warmup_examples=16,
     time_budget_minutes=6, fallback_minutes=3, save_steps=10, eval_prompts=100,
     minutes={"00_setup": 0.6, "01_dataset_prep": 0.1, "02_reward_lab": 0.3,
-             "03_grpo_training": 5.2, "04_merge_and_inference": 2.8, "05_your_own_task": 6.8, "06_inside_grpo": 5.9},
+             "03_grpo_training": 5.4, "04_merge_and_inference": 3.0, "05_your_own_task": 5.7, "06_inside_grpo": 6.7},
 )
 #: A free T4: Qwen2.5-1.5B in 4-bit with Unsloth, GSM8K, no warm-up, 8-bit AdamW, DAPO's truncation mask.
 COLAB_T4 = dataclasses.replace(

@@ -20,6 +20,7 @@ from helpers.tasks import get_task, level_table
 from helpers.tasks import orders as O
 from helpers.tasks.json_rewards import schema_errors
 from helpers.tasks.orders import (
+    CPU_MAX_STEPS,
     FIELD_SCHEMAS,
     JSON_PREFILL,
     LEVELS,
@@ -269,9 +270,11 @@ def test_the_comparison_table_has_every_metric_field_and_gain():
 
 def test_settings_when_a_profile_switches_to_json():
     assert TASK.settings(PROFILES["cpu-smoke"]) == {"task_level": "orders", "warmup_level": "orders-easy",
-                                                    "max_completion_length": 40}
+                                                    "max_completion_length": 40, "max_steps": 2}
+    assert TASK.settings(PROFILES["cpu-demo"])["max_steps"] == CPU_MAX_STEPS < PROFILES["cpu-demo"].max_steps
     assert TASK.settings(PROFILES["gpu-large"]) == {"task_level": "orders-dated", "warmup_level": "orders-easy",
-                                                    "max_completion_length": 96}
+                                                    "max_completion_length": 96,
+                                                    "max_steps": PROFILES["gpu-large"].max_steps}
     for name in ("cpu-smoke", "cpu-demo", "colab-t4"):
         p = get_profile(name, task="json", use_vllm=False)
         assert p.max_completion_length >= TASK.min_completion_tokens and p.task_level in LEVELS, name
