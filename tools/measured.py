@@ -113,6 +113,10 @@ def render() -> str:
             warm = load("learning_curve_json_t13")
             lines[-1] += (f" Sampled at temperature {warm['recipe']['temperature']:g} instead of 1, to break the "
                           f"tie on `shipping`, it went {points(warm)}: no better.")
+        if (MEASURED / "learning_curve_json_warm_orders.json").is_file():
+            lines[-1] += (" With its warm-up on the paraphrased `orders` level instead of `orders-easy`: "
+                          f"{points(load('learning_curve_json_warm_orders'))} (one run: a higher start that GRPO "
+                          "did not hold).")
         if (MEASURED / "learning_curve_lr1e3.json").is_file():
             hot = load("learning_curve_lr1e3")
             lines[-1] += (f" With learning rate {hot['recipe']['learning_rate']:g} instead of "
