@@ -106,21 +106,21 @@ def render() -> str:
         lines += ["", f"Step by step (`bench/learning_curve.py`, {cur['eval']['rows']} held-out sums, greedy, seed "
                       f"{cur['recipe']['seed']}): accuracy {points(cur)} (0: after the warm-up). That plateau is why "
                       f"`cpu-demo` trains {learning['recipe']['max_steps']} steps."]
-        if (MEASURED / "learning_curve_json.json").is_file():
-            lines[-1] += (f" The JSON task's exact match: {points(load('learning_curve_json'))}: on a CPU it trains "
-                          "at most 20 steps (`helpers.tasks.orders.CPU_MAX_STEPS`).")
-        if (MEASURED / "learning_curve_json_t13.json").is_file():
-            warm = load("learning_curve_json_t13")
-            lines[-1] += (f" Sampled at temperature {warm['recipe']['temperature']:g} instead of 1, to break the "
-                          f"tie on `shipping`, it went {points(warm)}: no better.")
-        if (MEASURED / "learning_curve_json_warm_orders.json").is_file():
-            lines[-1] += (" With its warm-up on the paraphrased `orders` level instead of `orders-easy`: "
-                          f"{points(load('learning_curve_json_warm_orders'))} (one run: a higher start that GRPO "
-                          "did not hold).")
-        if (MEASURED / "learning_curve_lr1e3.json").is_file():
-            hot = load("learning_curve_lr1e3")
-            lines[-1] += (f" With learning rate {hot['recipe']['learning_rate']:g} instead of "
-                          f"{cur['recipe']['learning_rate']:g} the arithmetic run collapsed: {points(hot)}.")
+        runs_beside = {  # more curves, each reported in one sentence when its file is there
+            "learning_curve_json": lambda c: f" The JSON task's exact match: {points(c)}: on a CPU it trains at most "
+                                             "20 steps (`helpers.tasks.orders.CPU_MAX_STEPS`).",
+            "learning_curve_json_t13": lambda c: f" Sampled at temperature {c['recipe']['temperature']:g} instead of "
+                                                 f"1, to break the tie on `shipping`, it went {points(c)}: no better.",
+            "learning_curve_json_warm_orders": lambda c: " With its warm-up on the paraphrased `orders` level instead "
+                                                         f"of `orders-easy`: {points(c)} (one run: a higher start "
+                                                         "that GRPO did not hold).",
+            "learning_curve_lr1e3": lambda c: f" With learning rate {c['recipe']['learning_rate']:g} instead of "
+                                              f"{cur['recipe']['learning_rate']:g} the arithmetic run collapsed: "
+                                              f"{points(c)}.",
+        }
+        for name, sentence in runs_beside.items():
+            if (MEASURED / f"{name}.json").is_file():
+                lines[-1] += sentence(load(name))
     if (MEASURED / "learning_seeds.json").is_file():
         ls = load("learning_seeds")
         bp, paired, n = ls["by_precision"], ls["paired"], len(ls["seeds"])
