@@ -33,7 +33,6 @@ def main() -> int:
     args = ap.parse_args()
 
     import torch
-    import trl
     from transformers import TrainerCallback
 
     from helpers.data import ensure_prepared
@@ -62,16 +61,12 @@ def main() -> int:
             if state.global_step % args.every == 0 or state.global_step == profile.max_steps:
                 point(state.global_step)
 
-    class CurveTrainer(trl.GRPOTrainer):  # train_grpo's own trainer, with the evaluations as one more callback
-        def __init__(self, *a, callbacks=None, **kw):  # noqa: ANN001, ANN002, ANN003
-            super().__init__(*a, callbacks=[*(callbacks or []), Curve()], **kw)
-
-    trl.GRPOTrainer = CurveTrainer  # train_grpo imports it from trl when called
     with contextlib.redirect_stdout(sys.stderr):  # keep stdout for the one JSON object
         if profile.warmup_examples:
             run_warmup(model, tok, profile, run)
         point(0)
-        out = train_grpo(profile, run, model=model, tokenizer=tok, resume=False, warmup=False, live=False)
+        out = train_grpo(profile, run, model=model, tokenizer=tok, resume=False, warmup=False, live=False,
+                         callbacks=[Curve()])
     times = [h["step_time"] for h in out["trainer"].state.log_history if "step_time" in h]
     print(json.dumps({
         "task": profile.task, "headline": task.headline, "format_metric": task.format_metric, "curve": curve,

@@ -14,7 +14,7 @@ import platform
 import re
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from .callbacks import DashboardCallback, RunLogCallback, TimeBudgetCallback
 from .data import ensure_prepared
@@ -203,7 +203,8 @@ def last_checkpoint(run: str | Path) -> str | None:
 
 
 def train_grpo(profile: Profile, run: str | Path, model: Any = None, tokenizer: Any = None, resume: bool = True,
-               warmup: bool | None = None, budget_start: float | None = None, live: bool | None = False) -> dict:
+               warmup: bool | None = None, budget_start: float | None = None, live: bool | None = False,
+               callbacks: Sequence[Any] = ()) -> dict:
     """Notebook 03 in one call: warm-up unless resuming, GRPO, adapter saved; the budget starts at ``budget_start``."""
     import_unsloth(profile)  # first: Unsloth rewrites TRL's trainer and config when imported
     from transformers import PrinterCallback
@@ -214,14 +215,13 @@ def train_grpo(profile: Profile, run: str | Path, model: Any = None, tokenizer: 
     rewards = get_task(profile.task).rewards_for(profile.task_level)
     config = grpo_config(profile, run)
     checkpoint = last_checkpoint(run) if resume else None
-    warm = None
-    if (profile.warmup_examples > 0 if warmup is None else warmup) and checkpoint is None:
-        warm = run_warmup(model, tokenizer, profile, run)
+    warm_up = (profile.warmup_examples > 0 if warmup is None else warmup) and checkpoint is None
+    warm = run_warmup(model, tokenizer, profile, run) if warm_up else None
     dataset = ensure_prepared(profile, run, tokenizer=tokenizer, verbose=False)
-    callbacks = [DashboardCallback(run, live=live), RunLogCallback(run)]
+    course = [DashboardCallback(run, live=live), RunLogCallback(run), *callbacks]
     budget = TimeBudgetCallback(profile.time_budget_minutes, start=start) if profile.time_budget_minutes else None
     trainer = GRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=[f for f, _ in rewards], args=config,
-                          train_dataset=dataset["train"], callbacks=callbacks + ([budget] if budget else []))
+                          train_dataset=dataset["train"], callbacks=course + ([budget] if budget else []))
     trainer.remove_callback(PrinterCallback)
     trainer.train(resume_from_checkpoint=checkpoint)
     trainer.save_model(str(run / ADAPTER_DIR))

@@ -436,6 +436,25 @@ def test_run_warmup_saves_the_warmup_adapter(lora_model, tmp_path):
 
 
 @pytest.mark.slow
+def test_train_grpo_runs_the_callbacks_it_is_given_beside_the_courses(tmp_path):
+    from transformers import TrainerCallback
+
+    from helpers.training import train_grpo
+
+    class Steps(TrainerCallback):
+        def __init__(self):
+            self.seen = []
+
+        def on_step_end(self, args, state, control, **kwargs):
+            self.seen.append(state.global_step)
+
+    steps = Steps()
+    train_grpo(get_profile("cpu-smoke", max_steps=1), tmp_path, warmup=False, callbacks=[steps])
+    assert steps.seen == [1]
+    assert [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [1]
+
+
+@pytest.mark.slow
 def test_train_grpo_writes_a_run_and_a_stopped_run_resumes_where_it_stopped(tmp_path):
     from helpers.explorer import load_completions
     from helpers.runs import read_json

@@ -102,13 +102,15 @@ def render() -> str:
         def points(c: dict) -> str:
             return ", ".join(f"{pct(h)} at step {step}" for step, h, _ in c["curve"])
 
+        from helpers.tasks.orders import CPU_MAX_STEPS
+
         cur = load("learning_curve")
         lines += ["", f"Step by step (`bench/learning_curve.py`, {cur['eval']['rows']} held-out sums, greedy, seed "
                       f"{cur['recipe']['seed']}): accuracy {points(cur)} (0: after the warm-up). That plateau is why "
                       f"`cpu-demo` trains {learning['recipe']['max_steps']} steps."]
         runs_beside = {  # more curves, each reported in one sentence when its file is there
             "learning_curve_json": lambda c: f" The JSON task's exact match: {points(c)}: on a CPU it trains at most "
-                                             "20 steps (`helpers.tasks.orders.CPU_MAX_STEPS`).",
+                                             f"{CPU_MAX_STEPS} steps (`helpers.tasks.orders.CPU_MAX_STEPS`).",
             "learning_curve_json_t13": lambda c: f" Sampled at temperature {c['recipe']['temperature']:g} instead of "
                                                  f"1, to break the tie on `shipping`, it went {points(c)}: no better.",
             "learning_curve_json_warm_orders": lambda c: " With its warm-up on the paraphrased `orders` level instead "
@@ -179,9 +181,10 @@ def render() -> str:
                       f"issue 19 ({native['speedup']:.2f}x); with `ATEN_CPU_CAPABILITY=avx2` and one thread "
                       f"{avx2['course_s_per_step']:.1f} s against {avx2['today_s_per_step']:.1f} s "
                       f"({avx2['speedup']:.2f}x)."
-                  + (f" This CPU has AVX512-BF16 or AMX, and its plain matmul at the training shape ran at {roof['bfloat16']:.0f} GFLOP/s in bf16 "
-                     f"against {roof['float32']:.0f} in float32, so `helpers.machine.cpu_bf16` measured bf16 as not "
-                     f"faster and the course picked float32; forcing the bf16 base anyway took "
+                  + (f" This CPU has AVX512-BF16 or AMX, and its plain matmul at the training shape ran at "
+                     f"{roof['bfloat16']:.0f} GFLOP/s in bf16 against {roof['float32']:.0f} in float32, so "
+                     "`helpers.machine.cpu_bf16` measured bf16 as not faster and the course picked float32; forcing "
+                     "the bf16 base anyway took "
                      f"{res['native/bf16']['step']['wall_s']:.1f} s a step."
                      if picked.get("chip_bf16") and not picked["bf16"] and "native/bf16" in res else "")
                   + f" Generation is {share['generation']}% of the step, the loss's forward "
