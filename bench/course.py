@@ -6,7 +6,8 @@ Runs the course runner (what `make course` runs) on cpu-smoke and cpu-demo,
 each into a fresh run folder with the network cut off from the Hub
 (HF_HUB_OFFLINE), and `make test`, and prints one JSON object: the seconds each
 took, each notebook's minutes (what the profiles' `minutes` record), the
-held-out evaluation of the run, the machine's core count and whether each
+held-out evaluation of the run, the median GRPO step of notebook 03 (how fast
+the machine was in that run), the machine's core count and whether each
 succeeded. Progress goes to stderr. Not a test: it never gates CI.
 """
 
@@ -43,6 +44,10 @@ def timed(cmd: list[str], env: dict[str, str]) -> dict:
         data = json.loads(summary.read_text())
         out["minutes"] = {k: round(v / 60, 1) for k, v in data["notebooks"].items()}
         out["eval"] = (data.get("eval") or {}).get("sides")
+    steps = [json.loads(line).get("step_time") for line in (run / "metrics.jsonl").read_text().splitlines()
+             if line.strip()] if (run / "metrics.jsonl").is_file() else []
+    if steps := sorted(s for s in steps if s):  # notebook 03's GRPO steps: how fast the machine was in this run
+        out["median_step_seconds"] = round(steps[len(steps) // 2], 1)
     return out
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
+import json
 import math
 import time
 from pathlib import Path
@@ -18,7 +20,7 @@ from .data import records
 from .generation import SamplingSettings, generate
 from .prompts import installed_prefill, text_tokenizer
 from .rewards import clip
-from .runs import write_json
+from .runs import read_json, write_json
 from .tasks import Task
 
 
@@ -57,7 +59,7 @@ def score(completions: Sequence[Sequence[str]], rows: Any, task: Task, prefill: 
 
 def evaluate(model: Any, tokenizer: Any, rows: Any, task: Task, settings: SamplingSettings,
              adapter: str | Path | None = None, rewards: Sequence[Callable] = (),
-             chat_template_kwargs: dict | None = None, batch_size: int = 16) -> dict[str, Any]:
+             chat_template_kwargs: dict | None = None, batch_size: int = 64) -> dict[str, Any]:
     """Sample every row's ``prompt`` with ``settings`` and :func:`score` it (``adapter``: a vLLM LoRA request)."""
     rows = records(rows)
     outs = generate(model, tokenizer, [r["prompt"] for r in rows], settings, batch_size=batch_size, adapter=adapter,
@@ -68,12 +70,28 @@ def evaluate(model: Any, tokenizer: Any, rows: Any, task: Task, settings: Sampli
 def evaluate_adapters(model: Any, tokenizer: Any, rows: Any, task: Task, settings: SamplingSettings,
                       sides: dict[str, str | None], rewards: Sequence[Callable] = (),
                       chat_template_kwargs: dict | None = None, folders: dict[str, str | Path] | None = None,
-                      progress: Callable[[str], None] | None = print) -> dict[str, Any]:
-    """Evaluate each ``{side: adapter name}`` of one PEFT model (``None``: the base; on vLLM ``folders[name]``)."""
+                      progress: Callable[[str], None] | None = print,
+                      cache: str | Path | None = None) -> dict[str, Any]:
+    """Evaluate each ``{side: adapter name}`` of one PEFT model (``None``: the base; on vLLM ``folders[name]``).
+
+    ``cache``: a JSON file of results, read back while the rows, task, settings, rewards and the adapter files of
+    ``folders`` have not changed since it was written (notebook 06 reuses notebook 04's samples so)."""
     vllm = getattr(model, "vllm_engine", None) is not None
     if not vllm and not hasattr(model, "disable_adapter"):
         raise TypeError(f"evaluate_adapters needs a PEFT model (or an Unsloth vLLM model), got {type(model).__name__}: "
                         "load the base with PeftModel.from_pretrained(base, adapter).")
+    if cache is not None:
+        if missing := [n for n in sides.values() if n is not None and n not in (folders or {})]:
+            raise ValueError(f"cache= needs folders= to name the folder of adapter(s) {missing}, or no cache=.")
+        files = [(s, str(f), f.stat().st_mtime_ns, f.stat().st_size) for s, n in sides.items() if n is not None
+                 for f in sorted(Path(folders[n]).glob("adapter_model*"))]  # type: ignore[index]
+        key = hashlib.sha256(json.dumps([[r["prompt"] for r in records(rows)], task.name, dataclasses.asdict(settings),
+                                         [f.__name__ for f in rewards], chat_template_kwargs or None, list(sides),
+                                         files], default=str).encode()).hexdigest()
+        if Path(cache).is_file() and (saved := read_json(cache)).get("key") == key:
+            if progress is not None:
+                progress(f"read {cache}: these rows were sampled before, with the same settings and adapters")
+            return saved["results"]
     results: dict[str, Any] = {"sides": {}, "seconds": {}, "settings": dataclasses.asdict(settings)}
     active = None if vllm else model.active_adapter
     for side, name in sides.items():
@@ -91,6 +109,8 @@ def evaluate_adapters(model: Any, tokenizer: Any, rows: Any, task: Task, setting
                      f"{s[task.format_metric]:.0%} ({s['n_prompts']} prompts, {results['seconds'][side]} s)")
     if active is not None:
         model.set_adapter(active)  # leave the model as it came
+    if cache is not None:
+        write_json(cache, {"key": key, "results": results})
     return results
 
 

@@ -21,9 +21,11 @@ class SamplingSettings:
 
 
 def generate(model: Any, tokenizer: Any, prompts: Sequence[Any], settings: SamplingSettings = SamplingSettings(),
-             batch_size: int = 16, adapter: str | Path | None = None,
+             batch_size: int = 64, adapter: str | Path | None = None,
              chat_template_kwargs: dict | None = None) -> list[list[str]]:
-    """``settings.num_return_sequences`` new-text completions per prompt; ``adapter``: vLLM's LoRA (else the base)."""
+    """``settings.num_return_sequences`` new-text completions per prompt; ``adapter``: vLLM's LoRA (else the base).
+
+    ``batch_size``: sequences per ``model.generate`` call (prompts x ``num_return_sequences``, at least one prompt)."""
     ids = encode(tokenizer, prompts, **(chat_template_kwargs or {}))
     if getattr(model, "vllm_engine", None) is not None or type(model).__module__.startswith("vllm"):
         return _generate_vllm(model, ids, settings, adapter)
@@ -34,11 +36,11 @@ def generate(model: Any, tokenizer: Any, prompts: Sequence[Any], settings: Sampl
     # greedy: unset the model's default sampling knobs, or transformers warns
     kwargs.update(dict(temperature=settings.temperature, top_p=settings.top_p, top_k=0) if sample else
                   dict(temperature=None, top_p=None, top_k=None))
-    was_training, results = model.training, []
+    was_training, results, per_call = model.training, [], max(1, batch_size // n)  # per_call: prompts
     model.eval()
     try:
-        for start in range(0, len(ids), batch_size):
-            batch = ids[start:start + batch_size]
+        for start in range(0, len(ids), per_call):
+            batch = ids[start:start + per_call]
             width = max(len(x) for x in batch)  # left padding: generation appends on the right
             input_ids = torch.tensor([[tok.pad_token_id] * (width - len(x)) + x for x in batch])
             mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in batch])

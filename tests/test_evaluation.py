@@ -266,6 +266,32 @@ def test_a_vllm_engine_gets_each_adapter_folder_as_a_lora_request(monkeypatch):
     assert seen == [None, "/run/adapter"]
 
 
+def test_a_cache_is_read_back_only_while_rows_settings_and_adapter_files_are_unchanged(monkeypatch, tmp_path):
+    fake, calls = fake_generate_from(lambda m: f"<answer>{42 if live(m) == 'default' else 0}</answer>")
+    monkeypatch.setattr("helpers.evaluation.generate", fake)
+    folder = tmp_path / "adapter"
+    folder.mkdir()
+    (folder / "adapter_model.safetensors").write_bytes(b"weights")
+    cache, lines, sides = tmp_path / "pass_at_k.json", [], {"base": None, "after GRPO": "default"}
+
+    def run(rows=ROWS[:2], settings=SamplingSettings(num_return_sequences=2)):
+        return evaluate_adapters(FakePeft(), None, rows, ARITHMETIC, settings, sides, folders={"default": folder},
+                                 progress=lines.append, cache=cache)
+
+    first = run()
+    assert len(calls) == 2 and cache.is_file()
+    again = run()  # nothing sampled: the same rows, settings and adapter file
+    assert len(calls) == 2 and again["sides"] == first["sides"] and lines[-1].startswith(f"read {cache}")
+    run(settings=SamplingSettings(num_return_sequences=3))  # other settings: sampled again
+    run(rows=ROWS[:1])  # other rows
+    assert len(calls) == 6
+    (folder / "adapter_model.safetensors").write_bytes(b"retrained")  # notebook 03 ran again
+    run(rows=ROWS[:1])
+    assert len(calls) == 8
+    with pytest.raises(ValueError, match=r"folders= to name the folder of adapter\(s\) \['default'\]"):
+        evaluate_adapters(FakePeft(), None, ROWS, ARITHMETIC, SamplingSettings(), sides, cache=cache)
+
+
 def test_a_model_without_adapters_is_refused_with_the_fix():
     with pytest.raises(TypeError, match="PeftModel.from_pretrained"):
         evaluate_adapters(object(), None, ROWS, ARITHMETIC, SamplingSettings(), {"base": None})

@@ -44,6 +44,17 @@ class RecordingModel:
         return torch.cat([out, new], dim=1)
 
 
+def test_batch_size_counts_sequences_so_sampled_calls_take_fewer_prompts(tok):
+    prompts = [build_prompt(q, SYSTEM_PROMPT) for q in QUESTIONS]
+    model = RecordingModel(tok)
+    outs = generate(model, tok, prompts, SamplingSettings(temperature=1.0, num_return_sequences=2), batch_size=4)
+    assert [len(call["input_ids"]) for call in model.calls] == [2, 1]  # 2 prompts x 2 samples, then the third
+    assert [len(group) for group in outs] == [2, 2, 2]
+    model = RecordingModel(tok)
+    generate(model, tok, prompts, SamplingSettings(temperature=1.0, num_return_sequences=8), batch_size=4)
+    assert [len(call["input_ids"]) for call in model.calls] == [1, 1, 1]  # never fewer than one prompt a call
+
+
 def test_the_model_gets_the_encoded_prompts_left_padded(tok):
     prompts = [build_prompt(q, SYSTEM_PROMPT) for q in QUESTIONS]
     model = RecordingModel(tok)

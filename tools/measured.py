@@ -80,7 +80,9 @@ def render() -> str:
         f"| the course, `cpu-smoke` | {smoke['seconds']:.0f} s | every notebook, Hub offline |",
         f"| the course, `cpu-demo` | {demo['seconds']:.0f} s ({demo['seconds'] / 60:.1f} min) | notebook 03 trains "
         f"{learning['recipe']['max_steps']} steps, notebook 05 {load('learning_json')['recipe']['max_steps']}, or "
-        f"{learning['recipe']['time_budget_minutes']} minutes, whichever comes first |",
+        f"{learning['recipe']['time_budget_minutes']} minutes, whichever comes first"
+        + (f"; its median GRPO step took {demo['median_step_seconds']} s" if "median_step_seconds" in demo else "")
+        + " |",
     ]
     if test:
         lines.append(f"| `make test` | {test['seconds']:.0f} s ({test['seconds'] / 60:.1f} min) | with the bundled "
@@ -134,7 +136,7 @@ def render() -> str:
             return f"{f(bp[p][m]['mean'])} ({f(bp[p][m]['min'])} to {f(bp[p][m]['max'])})"
 
         lines += ["", f"bf16 against float32 on the earlier machine where bf16 was faster (`bench/learning_seeds.py`, "
-                      "the recipe before `cpu-demo` was cut to 30 steps: seeds "
+                      f"the recipe before `cpu-demo` was cut to {learning['recipe']['max_steps']} steps: seeds "
                       f"{', '.join(map(str, ls['seeds']))}, {ls['steps']} GRPO steps each, the mean and the range of "
                       f"{n} runs): after GRPO {span('bf16', 'after')} with bf16 (what that CPU picked), "
                       f"{span('fp32', 'after')} in float32; after the warm-up {span('bf16', 'after_warmup')} and "
