@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from helpers.data import validate
-from helpers.profiles import PROFILES, get_profile, profile_delta
+from helpers.profiles import PROFILES, profile_delta
 from helpers.reward_lab import score_table
 from helpers.tasks import get_task, level_table
 from helpers.tasks.arithmetic import (
@@ -24,6 +24,7 @@ from helpers.tasks.arithmetic import (
     load_gsm8k,
     solution_text,
 )
+from helpers.tasks.orders import CPU_MAX_STEPS
 from helpers.tasks.reasoning import (
     PREFILL,
     SYSTEM_PROMPT,
@@ -339,8 +340,9 @@ def test_settings_when_a_profile_switches_to_arithmetic():
                                                     "max_completion_length": 32}
     assert TASK.settings(PROFILES["colab-t4"]) == {"task_level": "gsm8k", "warmup_level": "add1",
                                                    "max_completion_length": 256}
-    json_profile = get_profile("cpu-demo", task="json")
-    back = get_profile("cpu-demo", task="json").with_overrides(task="arithmetic", **TASK.settings(json_profile))
+    longer = PROFILES["cpu-demo"].with_overrides(max_steps=CPU_MAX_STEPS + 30)  # a CPU run longer than the cap
+    json_profile = longer.with_overrides(task="json", **get_task("json").settings(longer))
+    back = json_profile.with_overrides(task="arithmetic", **TASK.settings(json_profile))
     # switching back restores the profile's own arithmetic settings; not the JSON task's shorter CPU run, which
     # arithmetic does not set (get_profile always starts from the named profile, so it never meets this case)
-    assert profile_delta(back, PROFILES["cpu-demo"]) == {"max_steps": (20, PROFILES["cpu-demo"].max_steps)}
+    assert profile_delta(back, longer) == {"max_steps": (CPU_MAX_STEPS, longer.max_steps)}

@@ -271,7 +271,9 @@ def test_the_comparison_table_has_every_metric_field_and_gain():
 def test_settings_when_a_profile_switches_to_json():
     assert TASK.settings(PROFILES["cpu-smoke"]) == {"task_level": "orders", "warmup_level": "orders-easy",
                                                     "max_completion_length": 40, "max_steps": 2}
-    assert TASK.settings(PROFILES["cpu-demo"])["max_steps"] == CPU_MAX_STEPS < PROFILES["cpu-demo"].max_steps
+    longer = PROFILES["cpu-demo"].with_overrides(max_steps=CPU_MAX_STEPS + 30)  # a CPU run longer than the cap
+    assert TASK.settings(longer)["max_steps"] == CPU_MAX_STEPS
+    assert TASK.settings(PROFILES["cpu-demo"])["max_steps"] == min(CPU_MAX_STEPS, PROFILES["cpu-demo"].max_steps)
     assert TASK.settings(PROFILES["gpu-large"]) == {"task_level": "orders-dated", "warmup_level": "orders-easy",
                                                     "max_completion_length": 96,
                                                     "max_steps": PROFILES["gpu-large"].max_steps}
