@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -44,10 +45,10 @@ def timed(cmd: list[str], env: dict[str, str]) -> dict:
         data = json.loads(summary.read_text())
         out["minutes"] = {k: round(v / 60, 1) for k, v in data["notebooks"].items()}
         out["eval"] = (data.get("eval") or {}).get("sides")
-    steps = [json.loads(line).get("step_time") for line in (run / "metrics.jsonl").read_text().splitlines()
-             if line.strip()] if (run / "metrics.jsonl").is_file() else []
-    if steps := sorted(s for s in steps if s):  # notebook 03's GRPO steps: how fast the machine was in this run
-        out["median_step_seconds"] = round(steps[len(steps) // 2], 1)
+    metrics = run / "metrics.jsonl"  # notebook 03's GRPO steps: how fast the machine was in this run
+    logs = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()] if metrics.is_file() else []
+    if steps := [r["step_time"] for r in logs if r.get("step_time")]:
+        out["median_step_seconds"] = round(statistics.median_high(steps), 1)
     return out
 
 
