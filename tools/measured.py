@@ -111,16 +111,27 @@ def render() -> str:
                       f"{cur['recipe']['seed']}): accuracy {points(cur)} (0: after the warm-up). That plateau is why "
                       f"`cpu-demo` trains {learning['recipe']['max_steps']} steps."]
         runs_beside = {  # more curves, each reported in one sentence when its file is there
-            "learning_curve_json": lambda c: f" The JSON task's exact match: {points(c)}: on a CPU it trains at most "
-                                             f"{CPU_MAX_STEPS} steps (`helpers.tasks.orders.CPU_MAX_STEPS`).",
+            "learning_curve_json": lambda c: f" The JSON task's exact match, on its CPU recipe (groups of "
+                                             f"{c['recipe']['num_generations']}, learning rate "
+                                             f"{c['recipe']['learning_rate']:g}): {points(c)}; on a CPU it trains at "
+                                             f"most {CPU_MAX_STEPS} steps (`helpers.tasks.orders.CPU_MAX_STEPS`).",
+            "learning_curve_json_g8": lambda c: f" On notebook 03's recipe (groups of {c['recipe']['num_generations']}, "
+                                                f"{c['recipe']['learning_rate']:g}), its recipe before: {points(c)}, "
+                                                "every order ending up `\"standard\"`.",
             "learning_curve_json_t13": lambda c: f" Sampled at temperature {c['recipe']['temperature']:g} instead of "
-                                                 f"1, to break the tie on `shipping`, it went {points(c)}: no better.",
+                                                 f"1 on that recipe, to break the tie on `shipping`: {points(c)};",
+            "learning_curve_json_t07": lambda c: f" at {c['recipe']['temperature']:g}: {points(c)}: no better.",
             "learning_curve_json_warm_orders": lambda c: " With its warm-up on the paraphrased `orders` level instead "
                                                          f"of `orders-easy`: {points(c)} (one run: a higher start "
                                                          "that GRPO did not hold).",
+            "learning_curve_json_ng4": lambda c: f" In groups of {c['recipe']['num_generations']} at "
+                                                 f"{c['recipe']['learning_rate']:g}: {points(c)}.",
             "learning_curve_lr1e3": lambda c: f" With learning rate {c['recipe']['learning_rate']:g} instead of "
                                               f"{cur['recipe']['learning_rate']:g} the arithmetic run collapsed: "
                                               f"{points(c)}.",
+            "learning_curve_ng4": lambda c: f" So did arithmetic in groups of {c['recipe']['num_generations']} at "
+                                            f"{c['recipe']['learning_rate']:g}: {points(c)}, the format kept, every "
+                                            "answer wrong: a recipe holds for one task.",
         }
         for name, sentence in runs_beside.items():
             if (MEASURED / f"{name}.json").is_file():
@@ -210,7 +221,18 @@ def render() -> str:
                       f"training): schema-valid {pct(rate(b, 'schema_valid'))} (base) → {pct(rate(w, 'schema_valid'))} "
                       f"(warm-up) → {pct(rate(a, 'schema_valid'))} (GRPO); exact match {pct(rate(b, 'exact_match'))} → "
                       f"{pct(rate(w, 'exact_match'))} → {pct(rate(a, 'exact_match'))}: GRPO's own gain is "
-                      f"{100 * js.get('grpo_gain', js.get('grpo_gain_exact_match', 0)):+.1f} points."]
+                      f"{100 * js.get('grpo_gain', js.get('grpo_gain_exact_match', 0)):+.1f} points, in groups of "
+                      f"{js['recipe']['num_generations']} at learning rate {js['recipe']['learning_rate']:g} "
+                      f"(`shipping` right on {pct(rate(a, 'field: shipping'))})."]
+        for name in ("learning_json_10steps", "learning_json_g8", "learning_json_ng4"):  # the same bench, other recipes
+            if (MEASURED / f"{name}.json").is_file():
+                o = load(name)
+                lines[-1] += (f" {o['steps']} steps in groups of {o['recipe']['num_generations']} at "
+                              f"{o['recipe']['learning_rate']:g}: "
+                              f"exact match {pct(rate(o['after_warmup'], 'exact_match'))} → "
+                              f"{pct(rate(o['after'], 'exact_match'))} ({100 * o['grpo_gain']:+.1f}), schema-valid "
+                              f"{pct(rate(o['after'], 'schema_valid'))}, `shipping` right on "
+                              f"{pct(rate(o['after'], 'field: shipping'))}.")
     if (MEASURED / "loss_types.json").is_file():
         lt = load("loss_types")
         start = [pct(next(r["eval"][0][lt["headline"]] for r in lt["runs"] if r["seed"] == seed))

@@ -29,7 +29,8 @@ FIELD_SCHEMAS: dict[str, dict[str, Any]] = {  #: JSON Schema of each field the t
     "date": {"type": "string", "pattern": r"^\d{4}-\d{2}-\d{2}$", "description": "delivery date, YYYY-MM-DD"},
 }
 YEAR = 2025
-CPU_MAX_STEPS = 20  #: at most, on a CPU: exact match is flat after step 10 (bench/measured/learning_curve_json.json)
+CPU_MAX_STEPS = 20  #: at most, on a CPU: exact match +22 points after 10 steps, +35 after 20 (learning_json*)
+CPU_GROUP, CPU_LEARNING_RATE = 4, 1e-4  #: on a CPU: 4 orders a step in groups of 4 (8 wrote "standard" everywhere)
 prefilled_json_format_reward = Prefilled(json_format_reward, JSON_PREFILL)
 prefilled_schema_valid_reward = Prefilled(schema_valid_reward, JSON_PREFILL)
 prefilled_field_match_reward = Prefilled(field_match_reward, JSON_PREFILL)
@@ -97,9 +98,7 @@ def _one_order(rng: random.Random, level: Level) -> dict[str, str]:
 class OrdersTask(Task):
     """Orders to JSON objects, checked against a JSON Schema, scored field by field."""
 
-    name = "json"
-    prefill = JSON_PREFILL
-    levels = LEVELS
+    name, prefill, levels = "json", JSON_PREFILL, LEVELS
     #: The fields carry the most, the exact object a bonus, the form a little (at most 4.0).
     rewards = [(prefilled_json_format_reward, 0.5), (prefilled_schema_valid_reward, 0.5),
                (prefilled_field_match_reward, 2.0), (prefilled_exact_match_reward, 1.0),
@@ -149,7 +148,8 @@ class OrdersTask(Task):
         return json.dumps(obj, ensure_ascii=False)
 
     def settings(self, profile: Any) -> dict[str, Any]:
-        gpu = profile.backend == "unsloth"
-        return {"task_level": "orders-dated" if gpu else "orders", "warmup_level": "orders-easy",
-                "max_completion_length": 96 if gpu else 40,
-                "max_steps": profile.max_steps if gpu else min(profile.max_steps, CPU_MAX_STEPS)}
+        if profile.backend == "unsloth":
+            return {"task_level": "orders-dated", "warmup_level": "orders-easy", "max_completion_length": 96}
+        return {"task_level": "orders", "warmup_level": "orders-easy", "max_completion_length": 40,
+                "max_steps": min(profile.max_steps, CPU_MAX_STEPS), "learning_rate": CPU_LEARNING_RATE,
+                "num_generations": min(profile.num_generations, CPU_GROUP)}

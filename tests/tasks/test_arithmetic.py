@@ -24,7 +24,7 @@ from helpers.tasks.arithmetic import (
     load_gsm8k,
     solution_text,
 )
-from helpers.tasks.orders import CPU_MAX_STEPS
+from helpers.tasks.orders import CPU_GROUP, CPU_LEARNING_RATE, CPU_MAX_STEPS
 from helpers.tasks.reasoning import (
     PREFILL,
     SYSTEM_PROMPT,
@@ -343,6 +343,8 @@ def test_settings_when_a_profile_switches_to_arithmetic():
     longer = PROFILES["cpu-demo"].with_overrides(max_steps=CPU_MAX_STEPS + 30)  # a CPU run longer than the cap
     json_profile = longer.with_overrides(task="json", **get_task("json").settings(longer))
     back = json_profile.with_overrides(task="arithmetic", **TASK.settings(json_profile))
-    # switching back restores the profile's own arithmetic settings; not the JSON task's shorter CPU run, which
+    # switching back restores the profile's own arithmetic settings; not the JSON task's CPU recipe, which
     # arithmetic does not set (get_profile always starts from the named profile, so it never meets this case)
-    assert profile_delta(back, longer) == {"max_steps": (CPU_MAX_STEPS, longer.max_steps)}
+    assert profile_delta(back, longer) == {"max_steps": (CPU_MAX_STEPS, longer.max_steps),
+                                           "learning_rate": (CPU_LEARNING_RATE, longer.learning_rate),
+                                           "num_generations": (CPU_GROUP, longer.num_generations)}

@@ -20,6 +20,8 @@ from helpers.tasks import get_task, level_table
 from helpers.tasks import orders as O
 from helpers.tasks.json_rewards import schema_errors
 from helpers.tasks.orders import (
+    CPU_GROUP,
+    CPU_LEARNING_RATE,
     CPU_MAX_STEPS,
     FIELD_SCHEMAS,
     JSON_PREFILL,
@@ -270,13 +272,18 @@ def test_the_comparison_table_has_every_metric_field_and_gain():
 
 def test_settings_when_a_profile_switches_to_json():
     assert TASK.settings(PROFILES["cpu-smoke"]) == {"task_level": "orders", "warmup_level": "orders-easy",
-                                                    "max_completion_length": 40, "max_steps": 2}
+                                                    "max_completion_length": 40, "max_steps": 2,
+                                                    "learning_rate": CPU_LEARNING_RATE, "num_generations": 2}
     longer = PROFILES["cpu-demo"].with_overrides(max_steps=CPU_MAX_STEPS + 30)  # a CPU run longer than the cap
     assert TASK.settings(longer)["max_steps"] == CPU_MAX_STEPS
     assert TASK.settings(PROFILES["cpu-demo"])["max_steps"] == min(CPU_MAX_STEPS, PROFILES["cpu-demo"].max_steps)
+    demo = get_profile("cpu-demo", task="json")  # more orders a step in smaller groups, the same 16 completions
+    assert (demo.num_generations, demo.learning_rate) == (CPU_GROUP, CPU_LEARNING_RATE) != (
+        PROFILES["cpu-demo"].num_generations, PROFILES["cpu-demo"].learning_rate)
+    assert demo.per_device_train_batch_size // demo.num_generations == 4
+    assert get_profile("cpu-demo", task="json", learning_rate=3e-4).learning_rate == 3e-4  # your override wins
     assert TASK.settings(PROFILES["gpu-large"]) == {"task_level": "orders-dated", "warmup_level": "orders-easy",
-                                                    "max_completion_length": 96,
-                                                    "max_steps": PROFILES["gpu-large"].max_steps}
+                                                    "max_completion_length": 96}  # the GPU profiles' own recipe
     for name in ("cpu-smoke", "cpu-demo", "colab-t4"):
         p = get_profile(name, task="json", use_vllm=False)
         assert p.max_completion_length >= TASK.min_completion_tokens and p.task_level in LEVELS, name
