@@ -119,8 +119,10 @@ def render() -> str:
                                                 f"{c['recipe']['learning_rate']:g}), its recipe before: {points(c)}, "
                                                 "every order ending up `\"standard\"`.",
             "learning_curve_json_t13": lambda c: f" Sampled at temperature {c['recipe']['temperature']:g} instead of "
-                                                 f"1 on that recipe, to break the tie on `shipping`: {points(c)};",
-            "learning_curve_json_t07": lambda c: f" at {c['recipe']['temperature']:g}: {points(c)}: no better.",
+                                                 f"1 on that recipe, to break the tie on `shipping`: {points(c)}: "
+                                                 "no better.",
+            "learning_curve_json_t07": lambda c: f" At temperature {c['recipe']['temperature']:g}: {points(c)}: no "
+                                                 "better either.",
             "learning_curve_json_warm_orders": lambda c: " With its warm-up on the paraphrased `orders` level instead "
                                                          f"of `orders-easy`: {points(c)} (one run: a higher start "
                                                          "that GRPO did not hold).",
