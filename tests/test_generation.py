@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from helpers.generation import SamplingSettings, generate, transcript
+from helpers.generation import SamplingSettings, generate, prefill_once, transcript
 from helpers.models import load_tokenizer
 from helpers.profiles import get_profile
 from helpers.prompts import build_prompt, encode
@@ -27,13 +27,18 @@ class RecordingModel:
 
     def __init__(self, tok):
         self.tok, self.calls, self.training, self.device = tok, [], True, torch.device("cpu")
-        self.rows = 0
+        self.rows, self.prefills = 0, []
 
     def eval(self):
         self.training = False
 
     def train(self, mode=True):
         self.training = mode
+
+    def __call__(self, input_ids, attention_mask, **kwargs):  # the prefill of prefill_once: a cache to copy
+        cache = SimpleNamespace(rows=len(input_ids))
+        cache.batch_repeat_interleave = lambda n: self.prefills.append((cache.rows, n))
+        return SimpleNamespace(past_key_values=cache)
 
     def generate(self, input_ids, attention_mask, **kwargs):
         self.calls.append(dict(kwargs, input_ids=input_ids, attention_mask=attention_mask, training=self.training))
@@ -48,11 +53,12 @@ def test_batch_size_counts_sequences_so_sampled_calls_take_fewer_prompts(tok):
     prompts = [build_prompt(q, SYSTEM_PROMPT) for q in QUESTIONS]
     model = RecordingModel(tok)
     outs = generate(model, tok, prompts, SamplingSettings(temperature=1.0, num_return_sequences=2), batch_size=4)
-    assert [len(call["input_ids"]) for call in model.calls] == [2, 1]  # 2 prompts x 2 samples, then the third
+    assert model.prefills == [(2, 2), (1, 2)]  # 2 prompts x 2 samples, then the third
+    assert [len(call["input_ids"]) for call in model.calls] == [4, 2]
     assert [len(group) for group in outs] == [2, 2, 2]
     model = RecordingModel(tok)
     generate(model, tok, prompts, SamplingSettings(temperature=1.0, num_return_sequences=8), batch_size=4)
-    assert [len(call["input_ids"]) for call in model.calls] == [1, 1, 1]  # never fewer than one prompt a call
+    assert model.prefills == [(1, 8)] * 3  # never fewer than one prompt a call
 
 
 def test_the_model_gets_the_encoded_prompts_left_padded(tok):
@@ -78,7 +84,8 @@ def test_several_samples_per_prompt_are_grouped_by_prompt(tok):
     assert outs == [["0", "1", "2"], ["3", "4", "5"]]
     call = model.calls[0]
     assert call["do_sample"] and call["temperature"] == 0.7 and call["top_p"] == 0.9 and call["top_k"] == 0
-    assert call["num_return_sequences"] == 3 and call["max_new_tokens"] == 4
+    assert model.prefills == [(2, 3)] and len(call["input_ids"]) == 6  # each prompt's cache copied 3 times
+    assert call["num_return_sequences"] == 1 and call["max_new_tokens"] == 4
     assert call["eos_token_id"] == tok.eos_token_id and call["pad_token_id"] == tok.pad_token_id
 
 
@@ -271,3 +278,21 @@ def test_sampling_with_a_seed_is_reproducible(bundled):
     other = generate(model, tok, prompts, SamplingSettings(max_new_tokens=16, temperature=1.0,
                                                            num_return_sequences=3, seed=8))
     assert other != first
+
+
+@pytest.mark.slow
+def test_prefill_once_samples_the_tokens_generate_samples_for_prompts_of_any_length(bundled):
+    model, tok = bundled
+    ids = encode(tok, [build_prompt(q, SYSTEM_PROMPT) for q in QUESTIONS])
+    width = max(len(x) for x in ids)  # left padding, as generate() builds it
+    input_ids = torch.tensor([[tok.pad_token_id] * (width - len(x)) + x for x in ids])
+    mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in ids])
+    knobs = dict(max_new_tokens=12, do_sample=True, temperature=1.0, top_p=1.0, top_k=0, pad_token_id=tok.pad_token_id)
+    outs = []
+    plain = dict(input_ids=input_ids, attention_mask=mask)
+    for inputs, n in ((plain, 4), (prefill_once(model, input_ids, mask, 4), 1)):
+        torch.manual_seed(11)
+        with torch.no_grad():
+            outs.append(model.generate(**inputs, num_return_sequences=n, **knobs)[:, width:])
+    assert outs[0].shape == (12, 12) and torch.equal(outs[0], outs[1])  # 3 prompts x 4 samples, the same tokens
+    assert len({tuple(row) for row in outs[0].tolist()}) > 3  # and the samples of a prompt differ

@@ -300,13 +300,13 @@ def test_switching_to_the_json_task_keeps_the_sizes_and_applies_the_tasks_settin
     gpu = p.backend == "unsloth"
     assert (p.task_level, p.warmup_level, p.max_completion_length) == (
         "orders-dated" if gpu else "orders", "orders-easy", 96 if gpu else 40)
-    assert p.max_steps == (base.max_steps if gpu else min(base.max_steps, 20))  # a CPU: 20 steps at most
+    assert p.max_steps == (base.max_steps if gpu else min(base.max_steps, 15))  # a CPU: 15 steps at most
     # a CPU: groups of at most 4 at learning rate 1e-4 (the JSON task's own recipe); a GPU keeps the profile's
     assert (p.num_generations, p.learning_rate) == ((base.num_generations, base.learning_rate) if gpu else
                                                     (min(base.num_generations, 4), 1e-4))
     recipe = {k for k in ("max_steps", "num_generations", "learning_rate") if getattr(p, k) != getattr(base, k)}
     assert set(profile_delta(base, p)) == {"task", "task_level", "warmup_level", "max_completion_length"} | recipe
-    assert recipe == (set() if name != "cpu-demo" else {"num_generations", "learning_rate"})
+    assert recipe == (set() if name != "cpu-demo" else {"max_steps", "num_generations", "learning_rate"})
 
 
 def test_overrides_come_on_top_of_the_tasks_settings():

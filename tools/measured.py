@@ -226,7 +226,7 @@ def render() -> str:
                       f"{100 * js.get('grpo_gain', js.get('grpo_gain_exact_match', 0)):+.1f} points, in groups of "
                       f"{js['recipe']['num_generations']} at learning rate {js['recipe']['learning_rate']:g} "
                       f"(`shipping` right on {pct(rate(a, 'field: shipping'))})."]
-        for name in ("learning_json_10steps", "learning_json_g8", "learning_json_ng4"):  # the same bench, other recipes
+        for name in ("learning_json_10steps", "learning_json_20steps", "learning_json_g8", "learning_json_ng4"):
             if (MEASURED / f"{name}.json").is_file():
                 o = load(name)
                 lines[-1] += (f" {o['steps']} steps in groups of {o['recipe']['num_generations']} at "
