@@ -46,10 +46,11 @@ def generate(model: Any, tokenizer: Any, prompts: Sequence[Any], settings: Sampl
             input_ids = torch.tensor([[tok.pad_token_id] * (width - len(x)) + x for x in batch])
             mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in batch])
             torch.manual_seed(settings.seed + start)
+            once = share and min(len(x) for x in batch) > 1  # every row keeps a token to start generating from
             with torch.no_grad():  # Unsloth's patched generate is not always decorated
-                inputs = prefill_once(model, input_ids, mask, n) if share else dict(
+                inputs = prefill_once(model, input_ids, mask, n) if once else dict(
                     input_ids=input_ids.to(model.device), attention_mask=mask.to(model.device))
-                out = model.generate(**inputs, **{**kwargs, "num_return_sequences": 1 if share else n})
+                out = model.generate(**inputs, **{**kwargs, "num_return_sequences": 1 if once else n})
             texts = tok.batch_decode(out[:, width:], skip_special_tokens=True)
             results.extend(texts[i * n:(i + 1) * n] for i in range(len(batch)))
     finally:

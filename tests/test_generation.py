@@ -89,6 +89,15 @@ def test_several_samples_per_prompt_are_grouped_by_prompt(tok):
     assert call["eos_token_id"] == tok.eos_token_id and call["pad_token_id"] == tok.pad_token_id
 
 
+def test_a_one_token_prompt_is_sampled_without_sharing_its_prefill(tok):
+    model = RecordingModel(tok)
+    one = tok("hi", add_special_tokens=False)["input_ids"]
+    assert len(one) == 1
+    outs = generate(model, tok, ["hi"], SamplingSettings(temperature=1.0, num_return_sequences=2))
+    assert model.prefills == [] and model.calls[0]["num_return_sequences"] == 2  # nothing left to prefill
+    assert model.calls[0]["input_ids"].tolist() == [one] and len(outs[0]) == 2
+
+
 def test_greedy_unsets_sampling_knobs_and_the_training_mode_comes_back(tok):
     model = RecordingModel(tok)
     generate(model, tok, [build_prompt("hi")], SamplingSettings())
