@@ -74,7 +74,7 @@ def main() -> int:
         "seconds_per_step": round(sum(times) / max(1, len(times)), 2),
         "recipe": {k: getattr(profile, k) for k in ("task_level", "warmup_level", "warmup_examples", "num_generations",
                                                      "per_device_train_batch_size", "learning_rate", "max_steps",
-                                                     "temperature", "seed")},
+                                                     "temperature", "lora_rank", "lora_alpha", "seed")},
         "precision": bits, "machine": {"cpus": os.cpu_count(), "threads": torch.get_num_threads(),
                                        "loadavg_1min_end": round(os.getloadavg()[0], 2)},
         "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),

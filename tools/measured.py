@@ -104,6 +104,7 @@ def render() -> str:
         def points(c: dict) -> str:
             return ", ".join(f"{pct(h)} at step {step}" for step, h, _ in c["curve"])
 
+        from helpers.profiles import get_profile
         from helpers.tasks.orders import CPU_MAX_STEPS
 
         cur = load("learning_curve")
@@ -134,6 +135,9 @@ def render() -> str:
             "learning_curve_ng4": lambda c: f" So did arithmetic in groups of {c['recipe']['num_generations']} at "
                                             f"{c['recipe']['learning_rate']:g}: {points(c)}, the format kept, every "
                                             "answer wrong: a recipe holds for one task.",
+            "learning_curve_r64": lambda c: f" Arithmetic with LoRA rank {c['recipe']['lora_rank']} (alpha "
+                                            f"{c['recipe']['lora_alpha']}) instead of {get_profile('cpu-demo').lora_rank}"
+                                            f" collapsed as well, from a weaker warm-up: {points(c)}.",
         }
         for name, sentence in runs_beside.items():
             if (MEASURED / f"{name}.json").is_file():
