@@ -15,9 +15,9 @@ unbiased estimator (``helpers.evaluation.pass_at_k``). Prints ONE JSON object:
      "grpo_gain": after - after_warmup on the headline metric, "pass_at_k": {side: {k: value}},
      "train_seconds", "steps", "seconds_per_step", "recipe": {...}, "machine": {...}}
 
-The profile's time budget (6 minutes, at most 20 steps on cpu-demo; the JSON task 15, in groups of 4) covers the warm-up and
-GRPO; the evaluations are not counted. Progress goes to stderr. Not a test: it never gates CI. ``--set`` overrides
-profile fields; ``--precision`` overrides what ``helpers.training.precision`` picks for this machine (where
+The profile's time budget (6 minutes, at most 20 steps on cpu-demo; the JSON task 15, in groups of 4) covers the
+warm-up and GRPO; the evaluations are not counted. Progress goes to stderr. Not a test: it never gates CI.
+``--set`` overrides profile fields; ``--precision`` overrides what ``helpers.training.precision`` picks for this machine (where
 ``helpers.machine.cpu_bf16`` measures bf16 faster: the frozen base in bf16, LoRA in float32, bf16 autocast; float32
 elsewhere), to compare the two on one recipe.
 The evaluations run on the model as trained (a bf16 base where picked; notebook 04 evaluates in float32).

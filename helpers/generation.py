@@ -37,7 +37,6 @@ def generate(model: Any, tokenizer: Any, prompts: Sequence[Any], settings: Sampl
     kwargs.update(dict(temperature=settings.temperature, top_p=settings.top_p, top_k=0) if sample else
                   dict(temperature=None, top_p=None, top_k=None))
     was_training, results, per_call = model.training, [], max(1, batch_size // n)  # per_call: prompts
-    share = sample and n > 1 and model.device.type == "cpu"  # a prompt's samples share its prefill (CUDA: vLLM)
     model.eval()
     try:
         for start in range(0, len(ids), per_call):
@@ -46,7 +45,8 @@ def generate(model: Any, tokenizer: Any, prompts: Sequence[Any], settings: Sampl
             input_ids = torch.tensor([[tok.pad_token_id] * (width - len(x)) + x for x in batch])
             mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in batch])
             torch.manual_seed(settings.seed + start)
-            once = share and min(len(x) for x in batch) > 1  # every row keeps a token to start generating from
+            # on a CPU a prompt's samples share its prefill, if every row keeps a token to start generating from
+            once = sample and n > 1 and model.device.type == "cpu" and min(len(x) for x in batch) > 1
             with torch.no_grad():  # Unsloth's patched generate is not always decorated
                 inputs = prefill_once(model, input_ids, mask, n) if once else dict(
                     input_ids=input_ids.to(model.device), attention_mask=mask.to(model.device))
