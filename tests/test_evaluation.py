@@ -5,7 +5,9 @@ import contextlib
 import itertools
 import json
 import math
+import types
 from fractions import Fraction
+from types import SimpleNamespace
 
 import pytest
 
@@ -14,6 +16,7 @@ from helpers.evaluation import (
     eval_settings,
     evaluate,
     evaluate_adapters,
+    mergeable,
     pass_at_k,
     pass_at_k_curve,
     score,
@@ -402,11 +405,27 @@ def test_pass_at_k_curve_averages_over_prompts_by_the_chosen_metric():
     assert list(pass_at_k_curve(uneven, "accuracy")) == [1, 2]  # k up to the smallest group
 
 
+def test_only_a_full_precision_peft_model_on_a_cpu_is_evaluated_with_its_adapter_merged():
+    def peft(device="cpu", **config):
+        return SimpleNamespace(merge_adapter=lambda **kw: None, device=SimpleNamespace(type=device),
+                               config=SimpleNamespace(quantization_config=None, **config))
+
+    assert mergeable(peft())
+    assert not mergeable(peft(device="cuda"))  # vLLM or Unsloth's kernels sample there
+    assert not mergeable(SimpleNamespace(device=SimpleNamespace(type="cpu"), config=SimpleNamespace()))  # no PEFT
+    quantized = peft()
+    quantized.config.quantization_config = {"load_in_4bit": True}
+    assert not mergeable(quantized)  # merging into 4-bit weights quantizes the adapter too
+    assert not mergeable(FakePeft())
+
+
 # --------------------------------------------------------------------------- slow: one PEFT model, two adapters
 
 
 @pytest.mark.slow
 def test_evaluate_adapters_on_a_peft_model_with_two_adapters():
+    import torch
+
     from helpers.generation import generate
     from helpers.models import load_model
 
@@ -416,7 +435,14 @@ def test_evaluate_adapters_on_a_peft_model_with_two_adapters():
     settings = eval_settings(profile)
     rewards = [f for f, _ in ARITHMETIC.rewards_for(profile.task_level)]
     sides = {"base": None, "after warm-up": "warmup", "after GRPO": "default"}
+    inner = model.get_base_model()
+    original = inner.forward  # a trainer may rebind forward on the instance (transformers' chunked loss does)
+    inner.forward = types.MethodType(lambda self, *a, **kw: original(*a, **kw), inner)
+    weights = {k: v.clone() for k, v in model.state_dict().items()}
+    assert mergeable(model)  # so each adapter is merged while its side is sampled
     res = evaluate_adapters(model, tok, ROWS, ARITHMETIC, settings, sides, rewards=rewards, progress=None)
+    assert model.active_adapter == "default" and sorted(model.peft_config) == ["default", "warmup"]
+    assert all(torch.equal(weights[k], v) for k, v in model.state_dict().items())  # unmerged bit for bit
 
     texts = {side: [r["completion"] for r in res["sides"][side]["rows"]] for side in sides}
     assert len({tuple(t) for t in texts.values()}) == 3  # the three sides differ
