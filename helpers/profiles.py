@@ -160,7 +160,7 @@ CPU_DEMO = dataclasses.replace(
     num_generations=8, per_device_train_batch_size=16, max_steps=20, learning_rate=3e-4, warmup_examples=16,
     time_budget_minutes=6, fallback_minutes=3, save_steps=10, eval_prompts=100,
     minutes={"00_setup": 0.6, "01_dataset_prep": 0.1, "02_reward_lab": 0.3,
-             "03_grpo_training": 4.1, "04_merge_and_inference": 2.2, "05_your_own_task": 4.6, "06_inside_grpo": 3.4},
+             "03_grpo_training": 3.7, "04_merge_and_inference": 2.0, "05_your_own_task": 4.2, "06_inside_grpo": 2.9},
 )
 #: A free T4: Qwen2.5-1.5B in 4-bit with Unsloth, GSM8K, no warm-up, 8-bit AdamW, DAPO's truncation mask.
 COLAB_T4 = dataclasses.replace(
