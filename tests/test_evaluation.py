@@ -405,14 +405,20 @@ def test_pass_at_k_curve_averages_over_prompts_by_the_chosen_metric():
     assert list(pass_at_k_curve(uneven, "accuracy")) == [1, 2]  # k up to the smallest group
 
 
-def test_only_a_full_precision_peft_model_on_a_cpu_is_evaluated_with_its_adapter_merged():
-    def peft(device="cpu", **config):
-        return SimpleNamespace(merge_adapter=lambda **kw: None, device=SimpleNamespace(type=device),
-                               config=SimpleNamespace(quantization_config=None, **config))
+def test_only_a_float32_peft_model_on_a_cpu_is_evaluated_with_its_adapter_merged():
+    import torch
+
+    def peft(device="cpu", dtype=torch.float32, params=135_000_000):
+        return SimpleNamespace(merge_adapter=lambda **kw: None, device=SimpleNamespace(type=device), dtype=dtype,
+                               config=SimpleNamespace(quantization_config=None),
+                               get_nb_trainable_parameters=lambda: (1_000, params))
 
     assert mergeable(peft())
     assert not mergeable(peft(device="cuda"))  # vLLM or Unsloth's kernels sample there
-    assert not mergeable(SimpleNamespace(device=SimpleNamespace(type="cpu"), config=SimpleNamespace()))  # no PEFT
+    assert not mergeable(peft(dtype=torch.bfloat16))  # a bf16 base (notebook 05 on an AMX CPU) would round the update
+    assert not mergeable(peft(params=1_500_000_000))  # a copy of its weights could exhaust a laptop's memory
+    assert not mergeable(SimpleNamespace(device=SimpleNamespace(type="cpu"), dtype=torch.float32,
+                                         config=SimpleNamespace()))  # not a PEFT model
     quantized = peft()
     quantized.config.quantization_config = {"load_in_4bit": True}
     assert not mergeable(quantized)  # merging into 4-bit weights quantizes the adapter too
