@@ -142,6 +142,12 @@ def render() -> str:
         for name, sentence in runs_beside.items():
             if (MEASURED / f"{name}.json").is_file():
                 lines[-1] += sentence(load(name))
+        if (MEASURED / "learning_ng16.json").is_file():
+            g = load("learning_ng16")
+            lines[-1] += (f" One prompt a step in a group of {g['recipe']['num_generations']} (the same "
+                          f"{g['recipe']['per_device_train_batch_size']} completions a step, `bench/learning.py`) "
+                          f"barely moved it: {pct(g['after_warmup']['accuracy'])} → {pct(g['after']['accuracy'])} "
+                          f"({100 * g['grpo_gain']:+.1f}) in {g['steps']} steps, on {g['after']['n_prompts']} sums.")
     if (MEASURED / "learning_seeds.json").is_file():
         ls = load("learning_seeds")
         bp, paired, n = ls["by_precision"], ls["paired"], len(ls["seeds"])
