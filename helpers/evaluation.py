@@ -101,7 +101,7 @@ def evaluate_adapters(model: Any, tokenizer: Any, rows: Any, task: Task, setting
             model.set_adapter(name)
         lora = (folders or {})[name] if vllm and name is not None else None
         with (model.disable_adapter() if name is None and not vllm else
-              merged(model, name) if merge and name is not None else contextlib.nullcontext()):
+              merged(model, name) if merge else contextlib.nullcontext()):
             results["sides"][side] = evaluate(model, tokenizer, rows, task, settings, adapter=lora, rewards=rewards,
                                               chat_template_kwargs=chat_template_kwargs)
         results["seconds"][side] = round(time.perf_counter() - t0, 1)

@@ -7,7 +7,6 @@ import json
 import math
 import types
 from fractions import Fraction
-from types import SimpleNamespace
 
 import pytest
 
@@ -409,16 +408,16 @@ def test_only_a_float32_peft_model_on_a_cpu_is_evaluated_with_its_adapter_merged
     import torch
 
     def peft(device="cpu", dtype=torch.float32, params=135_000_000):
-        return SimpleNamespace(merge_adapter=lambda **kw: None, device=SimpleNamespace(type=device), dtype=dtype,
-                               config=SimpleNamespace(quantization_config=None),
-                               get_nb_trainable_parameters=lambda: (1_000, params))
+        return types.SimpleNamespace(merge_adapter=lambda **kw: None, device=types.SimpleNamespace(type=device),
+                                     dtype=dtype, config=types.SimpleNamespace(quantization_config=None),
+                                     get_nb_trainable_parameters=lambda: (1_000, params))
 
     assert mergeable(peft())
     assert not mergeable(peft(device="cuda"))  # vLLM or Unsloth's kernels sample there
     assert not mergeable(peft(dtype=torch.bfloat16))  # a bf16 base (notebook 05 on an AMX CPU) would round the update
     assert not mergeable(peft(params=1_500_000_000))  # a copy of its weights could exhaust a laptop's memory
-    assert not mergeable(SimpleNamespace(device=SimpleNamespace(type="cpu"), dtype=torch.float32,
-                                         config=SimpleNamespace()))  # not a PEFT model
+    assert not mergeable(types.SimpleNamespace(device=types.SimpleNamespace(type="cpu"), dtype=torch.float32,
+                                               config=types.SimpleNamespace()))  # not a PEFT model
     quantized = peft()
     quantized.config.quantization_config = {"load_in_4bit": True}
     assert not mergeable(quantized)  # merging into 4-bit weights quantizes the adapter too

@@ -111,7 +111,7 @@ def render() -> str:
         lines += ["", f"Step by step (`bench/learning_curve.py`, {cur['eval']['rows']} held-out sums, greedy, seed "
                       f"{cur['recipe']['seed']}): accuracy {points(cur)} (0: after the warm-up). That plateau is why "
                       f"`cpu-demo` trains {learning['recipe']['max_steps']} steps."]
-        runs_beside = {  # more curves, each reported in one sentence when its file is there
+        runs_beside = {  # more runs, each reported in one sentence when its file is there
             "learning_curve_json": lambda c: f" The JSON task's exact match, on its CPU recipe (groups of "
                                              f"{c['recipe']['num_generations']}, learning rate "
                                              f"{c['recipe']['learning_rate']:g}): {points(c)}; on a CPU it trains at "
@@ -138,16 +138,15 @@ def render() -> str:
             "learning_curve_r64": lambda c: f" Arithmetic with LoRA rank {c['recipe']['lora_rank']} (alpha "
                                             f"{c['recipe']['lora_alpha']}) instead of {get_profile('cpu-demo').lora_rank}"
                                             f" collapsed as well, from a weaker warm-up: {points(c)}.",
+            "learning_ng16": lambda c: f" One prompt a step in a group of {c['recipe']['num_generations']} "
+                                       f"(the same {c['recipe']['per_device_train_batch_size']} completions a step, "
+                                       f"`bench/learning.py`) barely moved it: {pct(c['after_warmup']['accuracy'])} → "
+                                       f"{pct(c['after']['accuracy'])} ({100 * c['grpo_gain']:+.1f}) in {c['steps']} "
+                                       f"steps, on {c['after']['n_prompts']} sums.",
         }
         for name, sentence in runs_beside.items():
             if (MEASURED / f"{name}.json").is_file():
                 lines[-1] += sentence(load(name))
-        if (MEASURED / "learning_ng16.json").is_file():
-            g = load("learning_ng16")
-            lines[-1] += (f" One prompt a step in a group of {g['recipe']['num_generations']} (the same "
-                          f"{g['recipe']['per_device_train_batch_size']} completions a step, `bench/learning.py`) "
-                          f"barely moved it: {pct(g['after_warmup']['accuracy'])} → {pct(g['after']['accuracy'])} "
-                          f"({100 * g['grpo_gain']:+.1f}) in {g['steps']} steps, on {g['after']['n_prompts']} sums.")
     if (MEASURED / "learning_seeds.json").is_file():
         ls = load("learning_seeds")
         bp, paired, n = ls["by_precision"], ls["paired"], len(ls["seeds"])
