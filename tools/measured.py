@@ -267,7 +267,8 @@ def render() -> str:
         f"{rewards['throughput']['trl_accuracy_reward']['completions_per_s']:.0f}/s (`rewards.py`); the "
         f"{data['train_rows_in']:,} GSM8K train rows are prepared in {data['total_seconds']:.1f} s "
         f"(`data_prep.py`); the evaluation samples {evals['completions_per_second']:.1f} completions/s on "
-        f"`cpu-demo` (`eval_throughput.py`).",
+        f"`cpu-demo` (`eval_throughput.py`), and an adapter side takes {evals['seconds']['adapter']:.1f} s live and "
+        f"{evals['seconds']['adapter_merged']:.1f} s merged while it samples ({evals['prompts']} prompts).",
         END,
     ]
     return "\n".join(lines)
