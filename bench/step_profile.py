@@ -58,6 +58,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "no_head_fix": {"head_fix": False},
     "gc_off_fp32": {"bf16": False, "fp16": False, "gradient_checkpointing": False, "base_bf16": False},
     "bf16_gc_on": {"bf16": True, "fp16": False, "gradient_checkpointing": True},
+    "static_cache": {"cache_implementation": "static"},  # generation into a preallocated KV cache (no torch.cat)
 }
 MACHINES: dict[str, dict[str, str]] = {
     "native": {},

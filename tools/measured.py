@@ -224,6 +224,13 @@ def render() -> str:
                           f"course trained on a bf16 base and its step took {onat['course_s_per_step']:.1f} s against "
                           f"{onat['today_s_per_step']:.1f} s ({onat['speedup']:.2f}x). Which precision is faster "
                           "depends on the CPU, so the course measures it.")
+        if (MEASURED / "step_profile_cache.json").is_file():  # a generation setting tried and not taken
+            runs = load("step_profile_cache")["results"]
+            gen = {k.split("/")[1]: r["phases"]["generation"]["seconds"] for k, r in runs.items()}
+            lines[-1] += (f" Generating into a preallocated KV cache (`cache_implementation=\"static\"`, "
+                          f"`step_profile_cache.json`) instead of growing it token by token took "
+                          f"{gen['static_cache']:.2f} s of generation a step against {gen['course']:.2f} s, so the "
+                          "course keeps TRL's default.")
     if (MEASURED / "learning_json.json").is_file():
         js = load("learning_json")
         w, a, b = js["after_warmup"], js["after"], js["before"]
