@@ -100,6 +100,20 @@ def render() -> str:
            + ", ".join(f"{SIDE.get(side, side)} {pct(c['1'])} → {pct(c[str(k)])}" for side, c in passk.items())
            + "." if passk else ""),
     ]
+    if (MEASURED / "learning_seeds20.json").is_file():  # the same recipe, other seeds: how lucky is the one above
+        s20 = load("learning_seeds20")
+        by = {r["seed"]: r for r in s20["runs"]}
+        mean = s20["by_precision"]["fp32"]
+        best = by[learning["recipe"]["seed"]]["after"] == max(r["after"] for r in by.values())
+        lines[-1] += (f" That is seed {learning['recipe']['seed']}, {'the best' if best else 'one'} of {len(by)} seeds "
+                      "of the same recipe "
+                      f"(`bench/learning_seeds.py --steps {s20['steps']}`, `learning_seeds20.json`): "
+                      + "; ".join(f"seed {s} {pct(r['after_warmup'])} → {pct(r['after'])} ({100 * r['grpo_gain']:+.0f})"
+                                  for s, r in by.items())
+                      + f", a mean of {pct(mean['after']['mean'])} after GRPO and a gain of "
+                        f"{100 * mean['grpo_gain']['mean']:+.1f} points. The seed draws the sums (for training and "
+                        "held out), the warm-up's examples, the fresh adapter and every sample, and a run this short "
+                        "depends on them: read one run's number with that spread in mind.")
     if (MEASURED / "learning_curve.json").is_file():
         def points(c: dict) -> str:
             return ", ".join(f"{pct(h)} at step {step}" for step, h, _ in c["curve"])
