@@ -1,13 +1,14 @@
 """bf16 against float32 on one recipe, over several seeds: is the difference bigger than the seeds' own spread?
 
     python bench/learning_seeds.py [--seeds 3407 1 2] [--precisions bf16 fp32] [--steps 74] [--task arithmetic]
-                                   [--out DIR]
+                                   [--set KEY=VALUE ...] [--out DIR]
 
 Runs ``bench/learning.py`` once per (precision, seed), each for exactly ``--steps`` GRPO steps (no time budget, so
-both precisions train the same number of steps whatever their speed; pass@k off), and keeps each run's JSON in
-``--out`` (a run whose JSON is there already is not repeated: an interrupted sweep resumes). Prints ONE JSON object:
+both precisions train the same number of steps whatever their speed; pass@k off; ``--set`` goes to every run), and
+keeps each run's JSON in ``--out`` (a run whose JSON is there already is not repeated: an interrupted sweep resumes).
+Prints ONE JSON object:
 
-    {"task", "steps", "seeds", "runs": [{"precision", "seed", "after_warmup", "after", "grpo_gain", "format",
+    {"task", "steps", "seeds", "set", "runs": [{"precision", "seed", "after_warmup", "after", "grpo_gain", "format",
      "seconds_per_step"}], "by_precision": {p: {metric: {"mean", "min", "max"}}},
      "paired": {metric: [bf16 - fp32 for each seed]}}
 
@@ -42,6 +43,7 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=74, help="GRPO steps of every run")
     ap.add_argument("--task", default="arithmetic")
     ap.add_argument("--out", type=Path, default=Path("runs") / "learning_seeds")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a profile field for every run")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     runs = []
@@ -52,7 +54,8 @@ def main() -> int:
                 print(f"[learning_seeds] {p}, seed {seed} -> {path}", file=sys.stderr, flush=True)
                 done = subprocess.run([sys.executable, str(HERE / "learning.py"), "--task", args.task,
                                        "--precision", p, "--passk-prompts", "0", "--set", f"max_steps={args.steps}",
-                                       "--set", "time_budget_minutes=None", "--set", f"seed={seed}"],
+                                       "--set", "time_budget_minutes=None", "--set", f"seed={seed}",
+                                       *(x for kv in args.set for x in ("--set", kv))],
                                       stdout=subprocess.PIPE, text=True)
                 if done.returncode != 0:
                     print(f"[learning_seeds] {p}, seed {seed} failed (exit {done.returncode})", file=sys.stderr)
@@ -67,7 +70,7 @@ def main() -> int:
         of = {(r["precision"], r["seed"]): r for r in runs}
         paired = {m: [round(of["bf16", s][m] - of["fp32", s][m], 4) for s in args.seeds] for m in METRICS
                   if all(of[p, s][m] is not None for p in ("bf16", "fp32") for s in args.seeds)}
-    print(json.dumps({"task": args.task, "steps": args.steps, "seeds": args.seeds, "runs": runs,
+    print(json.dumps({"task": args.task, "steps": args.steps, "seeds": args.seeds, "set": args.set, "runs": runs,
                       "by_precision": by_precision, "paired": paired}, indent=1))
     return 0
 

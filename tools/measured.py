@@ -114,6 +114,22 @@ def render() -> str:
                         f"{100 * mean['grpo_gain']['mean']:+.1f} points. The seed draws the sums (for training and "
                         "held out), the warm-up's examples, the fresh adapter and every sample, and a run this short "
                         "depends on them: read one run's number with that spread in mind.")
+        if (MEASURED / "learning_seeds20_wu48.json").is_file():  # a steadier start, tried on the same seeds
+            wu = load("learning_seeds20_wu48")
+            wby, wm = {r["seed"]: r for r in wu["runs"]}, wu["by_precision"]["fp32"]
+            lines[-1] += (f" With a warm-up of {wu['set'][0].split('=')[1]} single-digit sums instead of "
+                          f"{learning['recipe']['warmup_examples']} (`learning_seeds20_wu48.json`) the same seeds "
+                          "went: "
+                          + "; ".join(f"seed {sd} {pct(r['after_warmup'])} → {pct(r['after'])}"
+                                      for sd, r in wby.items())
+                          + f". The three ended within {100 * (wm['after']['max'] - wm['after']['min']):.1f} points "
+                            f"of each other, {pct(wm['after']['mean'])} on average, but GRPO's own gain fell to a mean "
+                            f"of {100 * wm['grpo_gain']['mean']:+.1f} points, and the course's seed ended at "
+                            f"{pct(wby[learning['recipe']['seed']]['after'])} instead of {pct(after['accuracy'])}. "
+                            f"The course keeps {learning['recipe']['warmup_examples']}: the two means are close "
+                            f"({pct(mean['after']['mean'])} and {pct(wm['after']['mean'])}), and with more warm-up "
+                            "GRPO's own share of the learning shrinks. A recipe that is both steady and leaves the "
+                            "learning to GRPO is open work.")
     if (MEASURED / "learning_curve.json").is_file():
         def points(c: dict) -> str:
             return ", ".join(f"{pct(h)} at step {step}" for step, h, _ in c["curve"])
