@@ -100,10 +100,14 @@ def render() -> str:
            + ", ".join(f"{SIDE.get(side, side)} {pct(c['1'])} → {pct(c[str(k)])}" for side, c in passk.items())
            + "." if passk else ""),
     ]
+    def by_seed(sweep: dict) -> tuple[dict, dict]:
+        """A ``bench/learning_seeds.py`` sweep of one precision: its runs by seed, and their means."""
+        (precision, means), = sweep["by_precision"].items()
+        return {r["seed"]: r for r in sweep["runs"] if r["precision"] == precision}, means
+
     if (MEASURED / "learning_seeds20.json").is_file():  # the same recipe, other seeds: how lucky is the one above
         s20 = load("learning_seeds20")
-        by = {r["seed"]: r for r in s20["runs"]}
-        mean = s20["by_precision"]["fp32"]
+        by, mean = by_seed(s20)
         best = by[learning["recipe"]["seed"]]["after"] == max(r["after"] for r in by.values())
         lines[-1] += (f" That is seed {learning['recipe']['seed']}, {'the best' if best else 'one'} of {len(by)} seeds "
                       "of the same recipe "
@@ -116,8 +120,8 @@ def render() -> str:
                         "depends on them: read one run's number with that spread in mind.")
         if (MEASURED / "learning_seeds20_wu48.json").is_file():  # a steadier start, tried on the same seeds
             wu = load("learning_seeds20_wu48")
-            wby, wm = {r["seed"]: r for r in wu["runs"]}, wu["by_precision"]["fp32"]
-            lines[-1] += (f" With a warm-up of {wu['set'][0].split('=')[1]} single-digit sums instead of "
+            (wby, wm), changed = by_seed(wu), dict(kv.split("=", 1) for kv in wu["set"])
+            lines[-1] += (f" With a warm-up of {changed['warmup_examples']} single-digit sums instead of "
                           f"{learning['recipe']['warmup_examples']} (`learning_seeds20_wu48.json`) the same seeds "
                           "went: "
                           + "; ".join(f"seed {sd} {pct(r['after_warmup'])} → {pct(r['after'])}"
