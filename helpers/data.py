@@ -19,6 +19,7 @@ from .profiles import Profile, get_model_spec
 from .prompts import build_prompt, encode, supports_system_role
 from .runs import atomic_folder, read_json, write_json
 from .tasks import Task, get_task
+from .tasks.check import TaskCheckError, check_reference_lengths
 
 CARD = "card.json"
 
@@ -218,15 +219,35 @@ def ensure_prepared(profile: Profile, run: str | Path, tokenizer: Any = None, re
         if verbose:
             changed = sorted(k for k in spec if card.get("spec", {}).get(k) != spec[k])
             print(f"Rebuilding {path}: it was prepared with other settings ({', '.join(changed)}).")
-    task = get_task(profile.task)
+    task, tokenizer = get_task(profile.task), tokenizer or load_tokenizer(profile)
     made = task.make_rows(profile.task_level, profile.train_rows + profile.eval_rows, profile.seed)
     rows, held = (made["train"], made["eval"]) if isinstance(made, dict) else (made, None)
-    splits, card = prepare_dataset(rows, tokenizer or load_tokenizer(profile), task, profile.train_rows,
+    too_long = reference_fit(profile, task, rows, tokenizer)
+    splits, card = prepare_dataset(rows, tokenizer, task, profile.train_rows,
                                    profile.eval_rows, profile.max_prompt_tokens, profile.seed, eval_source=held,
                                    source={"task": profile.task, "level": profile.task_level},
                                    chat_template_kwargs=get_model_spec(profile.model).chat_template_kwargs)
-    save_prepared(splits, path, dict(card, origin="ensure_prepared", spec=spec))
+    save_prepared(splits, path, dict(card, origin="ensure_prepared", spec=spec, references_too_long=too_long))
     if verbose:
         print(f"Prepared {profile.task} ({profile.task_level}) into {path}: {card['counts']['train']} train, "
               f"{card['counts']['eval']} eval rows.")
     return load_prepared(path)
+
+
+def reference_fit(profile: Profile, task: Task, rows: Any, tokenizer: Any, sample: int = 300) -> str | None:
+    """Check the references fit ``max_completion_length``: an error for the warm-up's, a printed count for GRPO's.
+
+    A warm-up on cut-off references teaches the model to be cut off; at the GRPO level a reference that does not fit
+    is an answer the model cannot finish. Returns the GRPO level's finding (``None`` when every reference fits).
+    """
+    findings = check_reference_lengths(task, records(rows)[:sample], tokenizer, profile.max_completion_length,
+                                       profile.task_level, kind="warning")
+    if profile.warmup_examples:
+        warm = task.make_rows(profile.warmup_level, profile.warmup_examples, profile.seed + 1)
+        errors = check_reference_lengths(task, records(warm), tokenizer, profile.max_completion_length,
+                                         profile.warmup_level)
+        if errors:
+            raise TaskCheckError(f"The warm-up would train on cut-off answers: {errors[0].where}: {errors[0].message}")
+    for finding in findings:
+        print(f"Note: {finding.where}: {finding.message}")
+    return findings[0].message if findings else None

@@ -53,7 +53,8 @@ def preflight_warnings(hw: Hardware, profile: Profile, spec: ModelSpec) -> list[
         out.append(Trap("vllm-missing", f"Profile {profile.name!r} wants vLLM but it is not installed.",
                         'pip install "grpo-course[vllm]", or get_profile(..., use_vllm=False).'))
     if hw.cuda and hw.vram_gb is not None and spec.t4_vram_gb and hw.vram_gb < spec.t4_vram_gb + 1:
-        out.append(Trap("vram", f"{spec.key} needs ~{spec.t4_vram_gb} GB for GRPO; this GPU has {hw.vram_gb} GB.",
+        out.append(Trap("vram", f"{spec.key} needs ~{spec.t4_vram_gb} GB for GRPO (an estimate, not measured); this GPU "
+                                f"has {hw.vram_gb} GB.",
                         "Choose a smaller model (COURSE_MODEL=qwen2.5-1.5b) or lower num_generations and "
                         "max_completion_length."))
     disk_gb = 2.0 if spec.bundled else round(3 * 2.0 * spec.params_b + 2, 1)  # base, merge, GGUF, checkpoints

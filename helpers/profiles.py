@@ -7,7 +7,8 @@ import os
 import warnings
 
 from .machine import inspect_hardware, installed
-from .tasks import get_task
+from .tasks import BUILTIN, get_task
+from .tasks.check import check_task
 
 REPO_URL = "https://github.com/grpo-course/grpo-course"  # what Colab badges and install cells point at
 REPO_REF = "v0.2.0"  # the release (a git tag) they open
@@ -36,17 +37,18 @@ MODELS: dict[str, ModelSpec] = {m.key: m for m in [
     ModelSpec("qwen2.5-1.5b", "Qwen/Qwen2.5-1.5B-Instruct", "unsloth/Qwen2.5-1.5B-Instruct", 1.5, t4_vram_gb=7.0,
               notes="Default on a T4: fp16 is stable; Unsloth quotes ~5-7 GB VRAM for GRPO in 4-bit."),
     ModelSpec("qwen2.5-3b", "Qwen/Qwen2.5-3B-Instruct", "unsloth/Qwen2.5-3B-Instruct", 3.0, t4_vram_gb=11.0,
-              notes="Fits a T4 in 4-bit; Unsloth's published T4 run: 250 steps in 1h40m."),
+              notes="Fits a T4 in 4-bit. Unsloth's T4 notebook (vLLM, Unsloth 2025.2): 250 steps in 1h40m."),
     ModelSpec("gemma3-1b", "google/gemma-3-1b-it", "unsloth/gemma-3-1b-it", 1.0, fp32_on_t4=True, t4_vram_gb=6.0,
-              notes="Gemma 3 overflows in fp16, so on a T4 (no bf16) Unsloth runs it in float32: several times "
-                    "slower (reported ~57 s/step; not measured here). "
+              notes="Gemma 3 overflows in fp16, so on a T4 (no bf16) Unsloth runs it in float32, slower "
+                    "(Unsloth's T4 notebook, 16-bit LoRA: 57 s a step). "
                     "Its template folds the system prompt into the first user turn."),
     ModelSpec("qwen3-1.7b", "Qwen/Qwen3-1.7B", "unsloth/Qwen3-1.7B", 1.7, t4_vram_gb=8.0,
               chat_template_kwargs={"enable_thinking": False},
               notes="Fits a T4. Thinking mode off (enable_thinking=False): the course's own tags are used."),
     ModelSpec("qwen3-4b", "Qwen/Qwen3-4B", "unsloth/Qwen3-4B", 4.0, t4_vram_gb=14.0,
               chat_template_kwargs={"enable_thinking": False},
-              notes="Tight on a T4 (Unsloth: 100 steps in 2h55m); comfortable on an L4/A100. Thinking off."),
+              notes="Tight on a T4 (Unsloth's T4 notebook trained the Base model in 16-bit LoRA with long "
+                    "completions, another recipe: 100 steps in 2h55m); comfortable on an L4/A100. Thinking off."),
 ]}
 
 
@@ -105,6 +107,13 @@ class Profile:
     seed: int
     #: Minutes per notebook: measured on CPUs (bench/measured/course.json); on GPUs estimated from the budget.
     minutes: dict[str, float] = dataclasses.field(default_factory=dict)
+    # --- watching the run (helpers.watch): a held-out slice scored (greedy) a few times while training
+    watch_prompts: int = 32  # held-out rows scored each time (0: none)
+    watch_evals: int = 5  # evaluations over max_steps (every max_steps // watch_evals steps)
+    # --- choosing GRPO's prompts by the warm-up model's own pass rate (helpers.curriculum; 0 prompts: off)
+    select_prompts: int = 0  # training prompts sampled before GRPO
+    select_samples: int = 4  # samples of each, at the training temperature
+    select_mode: str = "filter"  # "filter": drop those never or always solved; "order": most often solved first
 
     def __post_init__(self) -> None:
         batch = self.per_device_train_batch_size * self.gradient_accumulation_steps
@@ -120,6 +129,11 @@ class Profile:
              f"max_prompt_tokens + max_completion_length = {self.max_prompt_tokens + self.max_completion_length} "
              f"exceeds max_seq_length={self.max_seq_length}: lower one or raise max_seq_length"),
             (self.eval_prompts > self.eval_rows, f"eval_prompts={self.eval_prompts} > eval_rows={self.eval_rows}"),
+            (self.select_mode not in ("filter", "order"),
+             f"select_mode={self.select_mode!r}: use 'filter' or 'order'"),
+            (self.watch_prompts < 0 or self.watch_evals < 1,
+             f"watch_prompts={self.watch_prompts}, watch_evals={self.watch_evals}: give watch_prompts >= 0 (0 turns "
+             "the held-out evaluation during training off) and watch_evals >= 1"),
             (bool(self.time_budget_minutes) and self.fallback_minutes > self.time_budget_minutes,
              f"fallback_minutes={self.fallback_minutes} exceeds time_budget_minutes={self.time_budget_minutes}"),
             (self.time_budget_minutes is not None and self.time_budget_minutes <= 0,
@@ -144,13 +158,13 @@ class Profile:
 CPU_SMOKE = Profile(
     name="cpu-smoke", model="smollm2-135m", backend="transformers", load_in_4bit=False, use_vllm=False,
     task="arithmetic", task_level="add2-small", train_rows=64, eval_rows=16, max_prompt_tokens=256,
-    max_completion_length=24, num_generations=2, per_device_train_batch_size=2, gradient_accumulation_steps=1,
+    max_completion_length=28, num_generations=2, per_device_train_batch_size=2, gradient_accumulation_steps=1,
     max_steps=2, learning_rate=1e-4, lora_rank=16, lora_alpha=32, beta=0.0, loss_type="dapo",
     scale_rewards="group", temperature=1.0, num_iterations=1, epsilon_high=0.28, mask_truncated_completions=False,
     optim="adamw_torch", weight_decay=0.0, max_grad_norm=1.0, gradient_checkpointing=False,
     warmup_examples=8, warmup_level="add1", warmup_epochs=1, warmup_learning_rate=1e-3, warmup_batch_size=8,
     time_budget_minutes=2, fallback_minutes=1, save_steps=1, eval_prompts=16, max_seq_length=512,
-    gpu_memory_utilization=0.6, seed=3407,
+    gpu_memory_utilization=0.6, seed=3407, watch_prompts=4, watch_evals=2,
     minutes={"00_setup": 0.3, "01_dataset_prep": 0.1, "02_reward_lab": 0.2,
              "03_grpo_training": 0.4, "04_merge_and_inference": 0.6, "05_your_own_task": 0.7, "06_inside_grpo": 2.0},
 )
@@ -158,7 +172,7 @@ CPU_SMOKE = Profile(
 CPU_DEMO = dataclasses.replace(
     CPU_SMOKE, name="cpu-demo", task_level="add2", train_rows=1000, eval_rows=200, max_completion_length=32,
     num_generations=8, per_device_train_batch_size=16, max_steps=20, learning_rate=3e-4, warmup_examples=16,
-    time_budget_minutes=6, fallback_minutes=3, save_steps=10, eval_prompts=100,
+    time_budget_minutes=6, fallback_minutes=3, save_steps=10, eval_prompts=100, watch_prompts=32, watch_evals=4,
     minutes={"00_setup": 0.6, "01_dataset_prep": 0.1, "02_reward_lab": 0.3,
              "03_grpo_training": 3.7, "04_merge_and_inference": 2.0, "05_your_own_task": 4.2, "06_inside_grpo": 2.9},
 )
@@ -216,8 +230,12 @@ def _check_name(name: str, source: str) -> None:
                            "Unset COURSE_PROFILE to detect one, or set it to one of these.")
 
 
-def get_profile(name: str | None = None, **overrides: object) -> Profile:
-    """The named (or detected) profile with ``COURSE_MODEL``, ``COURSE_TIME_BUDGET`` and ``overrides`` applied.
+def get_profile(name: str | None = None, check: bool = True, **overrides: object) -> Profile:
+    """The named (or detected) profile with ``COURSE_MODEL``, ``COURSE_TASK``, ``COURSE_TIME_BUDGET`` and ``overrides``.
+
+    A task of your own (``task="my_module:MyTask"``) is checked here, before any model loads
+    (:func:`helpers.tasks.check.check_task`; ``check=False`` skips it): a reward or ``score`` that would fail in
+    training is a ``TaskCheckError``.
 
     Example (``task=`` applies the task's own settings, :meth:`helpers.tasks.Task.settings`, under the others):
         >>> get_profile("cpu-demo", task="json").task_level
@@ -229,6 +247,8 @@ def get_profile(name: str | None = None, **overrides: object) -> Profile:
     profile = PROFILES[name]
     if model := os.environ.get("COURSE_MODEL", "").strip():
         overrides.setdefault("model", model)
+    if task_key := os.environ.get("COURSE_TASK", "").strip():
+        overrides.setdefault("task", task_key)
     budget = os.environ.get("COURSE_TIME_BUDGET", "").strip()
     if budget and "time_budget_minutes" not in overrides:
         try:
@@ -253,6 +273,8 @@ def get_profile(name: str | None = None, **overrides: object) -> Profile:
         if getattr(profile, key) not in task.levels:
             raise ProfileError(f"{key}={getattr(profile, key)!r} is not a level of task {task.name!r}: "
                                f"use one of {list(task.levels)}.")
+    if check and profile.task not in BUILTIN:  # the course's own tasks are checked by its tests
+        check_task(task, profile, raise_errors=True)
     return profile
 
 

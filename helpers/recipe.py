@@ -20,12 +20,14 @@ import yaml
 from .data import ensure_prepared
 from .machine import gpu_capability
 from .models import LORA_TARGETS, model_source, prepare_tokenizer
-from .profiles import Profile, get_model_spec, get_profile
+from .profiles import Profile, ProfileError, get_model_spec, get_profile
 from .prompts import install_prefill
-from .tasks import Task, get_task
+from .tasks import Task, get_task, import_root
+from .tasks.check import TaskCheckError
 from .training import check_config, grpo_kwargs, sft_kwargs, torch_dtype, warmup_dataset
 
 RECIPE_DIR, CLI_DIR = "recipe", "cli"
+PYTHONPATH_LINE = "# PYTHONPATH: "  #: the header line naming the folders TRL must import the rewards from
 GRPO_YAML, SFT_YAML, WARMUP_ROWS, MODEL_DIR = "grpo.yaml", "sft.yaml", "warmup.jsonl", "model"
 _MODEL_FILES = ("config.json", "*.safetensors", "*.safetensors.index.json", "*.bin", "pytorch_model*.json")
 
@@ -43,8 +45,13 @@ def reward_path(func: Callable, task: Task | None = None) -> str:
         for name, value in vars(importlib.import_module(module)).items():
             if value is func and not name.startswith("_"):
                 return f"{module}.{name}"
-    raise RecipeError(f"Reward {getattr(func, '__name__', func)!r} is not importable by name, as `trl grpo` needs: "
-                      "assign it to a module-level name in an importable file (your task's module).")
+    where = ("is defined in this notebook (__main__), which no other process can import" if "__main__" in modules
+             else "has no module-level name in its module")
+    raise RecipeError(f"Reward {getattr(func, '__name__', func)!r} {where}: `trl grpo` runs in a process of "
+                      "its own and imports every reward by its dotted name. Put the task and its rewards in a file "
+                      "(e.g. my_task.py beside the notebook), give each reward a module-level name there (also a "
+                      "wrapped one: `prefilled_my_reward = Prefilled(my_reward, PREFILL)`), and use "
+                      "task='my_task:MyTask'.")
 
 
 def _dump(sections: list[tuple[str, dict[str, Any]]], header: str) -> str:
@@ -100,11 +107,16 @@ class Recipe:
     sft: Path | None
     model: Path
     output: Path
+    pythonpath: tuple[str, ...] = ()  #: folders TRL must import the rewards from (a task of yours, not installed)
 
     def commands(self) -> list[str]:
-        """The commands in order: the warm-up and its merge (when there is one), GRPO, the adapters combined."""
+        """The commands in order: the warm-up and its merge (when there is one), GRPO, the adapters combined.
+
+        When the rewards live in a folder of yours, ``trl grpo`` starts with ``env PYTHONPATH=...`` (a shell line
+        and an argument list alike)."""
         sft, config, folder = (shlex.quote(str(path)) for path in (self.sft, self.grpo, self.folder))
-        grpo = f"trl grpo --config {config}"
+        env = f"env PYTHONPATH={shlex.quote(os.pathsep.join(self.pythonpath))} " if self.pythonpath else ""
+        grpo = f"{env}trl grpo --config {config}"
         if self.sft is None:
             return [grpo]
         return [f"trl sft --config {sft}", f"python -m helpers.recipe merge {folder}", grpo,
@@ -118,8 +130,10 @@ class Recipe:
         if not (folder / GRPO_YAML).is_file():
             raise RecipeError(f"No recipe in {folder}: write it with helpers.recipe.write_recipe(PROFILE, RUN) or "
                               f"`python -m helpers.recipe write {run}`.")
+        header = [line for line in (folder / GRPO_YAML).read_text().splitlines() if line.startswith(PYTHONPATH_LINE)]
+        paths = tuple(header[0][len(PYTHONPATH_LINE):].split(os.pathsep)) if header else ()
         return cls(folder, folder / GRPO_YAML, folder / SFT_YAML if (folder / SFT_YAML).is_file() else None,
-                   folder / MODEL_DIR, run / CLI_DIR)
+                   folder / MODEL_DIR, run / CLI_DIR, paths)
 
     @property
     def adapter(self) -> Path:
@@ -134,6 +148,7 @@ def recipe_texts(profile: Profile, run: str | Path, capability: tuple[int, int] 
     folder, output, model = run / RECIPE_DIR, run / CLI_DIR, run / RECIPE_DIR / MODEL_DIR
     task = get_task(profile.task)
     paths = [reward_path(f, task) for f, _ in task.rewards_for(profile.task_level)]
+    roots = list(dict.fromkeys(str(r) for p in paths if (r := import_root(p.rsplit(".", 1)[0])) is not None))
     grpo = grpo_kwargs(profile, output, capability)  # output_dir: RUN/cli/grpo
     check_config(SimpleNamespace(**grpo), profile, capability=capability, vllm_installed=vllm_installed)
     dtype, warmup = torch_dtype(profile, capability), profile.warmup_examples > 0
@@ -158,7 +173,10 @@ def recipe_texts(profile: Profile, run: str | Path, capability: tuple[int, int] 
         ("GRPOConfig: every value notebook 03's GRPOConfig cell sets (helpers.training.grpo_kwargs).", grpo),
     ], header=(f"# The GRPO recipe of profile {profile.name!r} ({task.name}): trl grpo --config {folder / GRPO_YAML}\n"
                f"# Override any field on the command line (--max_steps 500). Prefill {task.prefill!r}: in the chat "
-               "template of the model folder's tokenizer."))
+               "template of the model folder's tokenizer."
+               + (f"\n# The rewards are imported from a folder of yours: run it as `env PYTHONPATH="
+                  f"{os.pathsep.join(roots)} trl grpo ...` (the printed commands do).\n{PYTHONPATH_LINE}"
+                  f"{os.pathsep.join(roots)}" if roots else "")))
     return texts
 
 
@@ -244,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"merged warm-up saved to {merge_warmup(args.recipe)}")
         else:
             print(f"adapter on the base model saved to {combine_adapters(args.recipe)}")
-    except RecipeError as exc:
+    except (RecipeError, TaskCheckError, ProfileError) as exc:  # each message says what to change
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0

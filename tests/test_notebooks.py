@@ -144,13 +144,19 @@ def test_has_exercises_with_solutions_and_troubleshooting(path):
 
 @pytest.mark.parametrize("path", BOOKS, ids=lambda p: p.stem)
 def test_every_solution_is_code_the_tests_run(path):
-    """conftest.py runs each solution block after the notebook's cells; a <details> without one is untested."""
-    from .notebook_code import _DETAILS, _FENCE
+    """conftest.py runs each solution block after the notebook's cells; a solution fold without one is untested.
+
+    A fold whose <summary> starts with "Solution" holds solutions; other <details> are depth to read, never run."""
+    from .notebook_code import _FENCE, solution_folds
 
     nb = nbformat.read(path, as_version=4)
     for i, cell in enumerate(nb.cells):
-        for details in _DETAILS.findall(cell.source) if cell.cell_type == "markdown" else []:
+        for details in solution_folds(cell.source) if cell.cell_type == "markdown" else []:
             assert _FENCE.findall(details), f"{path.name} cell {i}: a <details> solution with no ```python block"
+    folds = sum(cell.source.count("<details>") for cell in nb.cells if cell.cell_type == "markdown")
+    summaries = sum(len(re.findall(r"<details>\s*<summary>", cell.source)) for cell in nb.cells
+                    if cell.cell_type == "markdown")
+    assert folds == summaries, f"{path.name}: every <details> opens with a <summary> line saying what is inside"
     blocks = solution_blocks(nb)
     assert blocks, f"{path.name}: no solution code for the tests to run"
     for block in blocks:

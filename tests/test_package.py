@@ -107,3 +107,17 @@ def test_every_helpers_name_the_course_text_cites_exists():
                and (f"helpers.{module}" not in MODULES
                     or not hasattr(importlib.import_module(f"helpers.{module}"), name))]
     assert not missing, missing
+
+
+def test_the_kernels_notice_of_bitsandbytes_is_dropped_and_nothing_else(caplog):
+    """bitsandbytes/backends/cpu/ops.py logs it on AVX512-BF16 CPUs without `kernels`; other warnings still show."""
+    import logging
+
+    log = logging.getLogger("bitsandbytes.backends.cpu.ops")
+    with caplog.at_level(logging.WARNING, logger="bitsandbytes.backends.cpu.ops"):
+        log.warning("Failed to load CPU gemm_4bit_forward from kernels-community: %s. Please make sure you already "
+                    "`pip install kernels` and the kernels >= 0.11.1", ModuleNotFoundError("No module named 'kernels'"))
+        log.warning("another warning")
+    assert [r.getMessage() for r in caplog.records] == ["another warning"]
+    source = Path(__import__("bitsandbytes").__file__).parent / "backends" / "cpu" / "ops.py"
+    assert '"Failed to load CPU gemm_4bit_forward from kernels-community: %s.' in source.read_text()

@@ -101,7 +101,7 @@ def test_no_gpu_says_how_to_get_one():
 def test_a_small_gpu_is_warned_about_a_big_model():
     [trap] = [t for t in preflight_warnings(machine(vram_gb=8.0), get_profile("colab-t4"), get_model_spec("qwen3-4b"))
               if t.topic == "vram"]
-    assert "qwen3-4b needs ~14.0 GB" in trap.message and "8.0 GB" in trap.message
+    assert "qwen3-4b needs ~14.0 GB for GRPO (an estimate, not measured)" in trap.message and "8.0 GB" in trap.message
     assert "vram" not in topics(machine(vram_gb=14.7), model="qwen2.5-3b")  # 11 GB + 1 fits
 
 

@@ -6,6 +6,10 @@ writes one run folder: ``runs/<time>-<profile>/`` with the executed notebooks,
 the figures, ``summary.md`` and ``summary.json``. A failing cell stops the run
 and is named (notebook, cell number, first line of code).
 
+``python tools/course.py run --task my_module:MyTask`` (or ``COURSE_TASK=my_module:MyTask make course``) checks
+the task first (``helpers.tasks.check``), then runs the notebooks that train and evaluate whatever task the
+profile names (:data:`TASK_NOTEBOOKS`) on it; the others teach the course's own tasks by name.
+
 ``python tools/course.py badges`` rewrites every Colab badge and install
 line from :data:`helpers.profiles.REPO_URL`.
 
@@ -26,10 +30,15 @@ from typing import Any
 
 from helpers.profiles import REPO_REF, REPO_URL, detect_profile, get_profile
 from helpers.runs import project_root, runs_root
+from helpers.tasks import import_root
 
 
 class NotebookFailed(RuntimeError):
     """A notebook cell raised; the message names the notebook and the cell."""
+
+
+#: The notebooks that read the task from the profile alone: they train and evaluate a task of your own unchanged.
+TASK_NOTEBOOKS = ("03_grpo_training", "04_merge_and_inference")
 
 
 def notebooks_dir() -> Path:
@@ -105,21 +114,34 @@ def execute_notebook(path: Path, out_path: Path, env: dict[str, str], timeout: i
 
 
 def run_course(profile_name: str | None = None, only: list[str] | None = None,
-               run: Path | None = None, echo: bool = True, folder: Path | None = None) -> Path:
-    """Execute the course notebooks in order into one run folder; return the folder."""
+               run: Path | None = None, echo: bool = True, folder: Path | None = None,
+               task: str | None = None) -> Path:
+    """Execute the course notebooks in order into one run folder; return the folder.
+
+    ``task`` (default: ``COURSE_TASK``): a task of your own, checked before anything runs (a ``TaskCheckError``
+    names what to fix); only :data:`TASK_NOTEBOOKS` run, on it."""
     if profile_name is None:
         profile_name, reason = detect_profile()
     else:
         reason = "chosen on the command line"
-    profile = get_profile(profile_name)
+    task = task or os.environ.get("COURSE_TASK", "").strip() or None
+    profile = get_profile(profile_name, **({"task": task} if task else {}))
     stamp = time.strftime("%Y%m%d-%H%M%S")
     run = Path(run) if run else runs_root() / f"{stamp}-{profile.name}"
     (run / "notebooks").mkdir(parents=True, exist_ok=True)
     env = {"COURSE_PROFILE": profile.name, "COURSE_RUN_DIR": str(run.resolve()), "MPLBACKEND": "Agg"}
+    if task:  # the kernels read it in get_profile(); they import the task's module from where this process did
+        env["COURSE_TASK"] = task
+        if (root := import_root(task.partition(":")[0])) is not None:
+            env["PYTHONPATH"] = os.pathsep.join([str(root)] + [p for p in [os.environ.get("PYTHONPATH")] if p])
     if profile.backend == "transformers":
         # CPU profiles use the bundled model and offline data: prove it by going offline.
         env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
     books = [p for p in course_notebooks(folder) if not only or any(p.stem.startswith(o) for o in only)]
+    if task:
+        books = [p for p in books if p.stem in TASK_NOTEBOOKS]
+        print(f"course: task {task} passed its checks; running {', '.join(p.stem for p in books)}, the notebooks "
+              "that train and evaluate the profile's task (the others teach the course's own tasks)")
     print(f"course: profile {profile.name} ({reason}); model {profile.model}; run folder {run}")
     timings: dict[str, float] = {}
     status, error = "ok", None
@@ -132,33 +154,37 @@ def run_course(profile_name: str | None = None, only: list[str] | None = None,
             status, error = "failed", str(exc)
             break
         print(f"=== {book.name} done in {timings[book.stem]:.0f} s ===", flush=True)
-    write_summary(run, profile.name, profile.model, timings, status, error, time.time() - t0)
+    write_summary(run, profile.name, profile.model, timings, status, error, time.time() - t0, task=profile.task)
     if error:
         raise NotebookFailed(error)
     return run
 
 
 def write_summary(run: Path, profile: str, model: str, timings: dict[str, float], status: str,
-                  error: str | None, seconds: float) -> None:
+                  error: str | None, seconds: float, task: str = "arithmetic") -> None:
     """``summary.json`` and a readable ``summary.md`` of what happened in a run."""
+    from helpers.tasks import get_task
+
     figures = sorted(str(p.relative_to(run)) for p in run.rglob("*.png"))
     evaluation = _read(run / "eval.json")
-    summary = {"profile": profile, "model": model, "status": status, "error": error,
+    the_task = get_task(task)
+    metrics = list(dict.fromkeys([the_task.headline, the_task.format_metric]))
+    summary = {"profile": profile, "model": model, "task": task, "status": status, "error": error,
                "seconds": round(seconds, 1), "notebooks": timings, "figures": figures,
                "eval": evaluation, "artifacts": sorted(p.name for p in run.iterdir())}
     (run / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    lines = [f"# Course run: {run.name}", "", f"- profile: `{profile}`, model: `{model}`",
+    lines = [f"# Course run: {run.name}", "", f"- profile: `{profile}`, model: `{model}`, task: `{task}`",
              f"- status: **{status}** in {seconds / 60:.1f} min", ""]
     if error:
         lines += ["## Failure", "", "```", error, "```", ""]
     lines += ["## Notebooks", "", "| notebook | seconds |", "|---|---|"]
     lines += [f"| {k} | {v:.0f} |" for k, v in timings.items()]
     if isinstance(evaluation, dict) and evaluation.get("sides"):
-        lines += ["", "## Held-out evaluation", "",
-                  "| | accuracy | format | mean length |", "|---|---|---|---|"]
+        lines += ["", "## Held-out evaluation", "", "| | " + " | ".join(metrics) + " | mean length |",
+                  "|---|" + "---|" * (len(metrics) + 1)]
         for side, e in evaluation["sides"].items():
-            lines.append(f"| {side} | {e.get('accuracy', float('nan')):.1%} | "
-                         f"{e.get('format', float('nan')):.1%} | {e.get('mean_length', float('nan')):.1f} |")
+            lines.append(f"| {side} | " + " | ".join(f"{e.get(m, float('nan')):.1%}" for m in metrics)
+                         + f" | {e.get('mean_length', float('nan')):.1f} |")
     if figures:
         lines += ["", "## Figures", ""] + [f"- [{f}]({f})" for f in figures]
     (run / "summary.md").write_text("\n".join(lines) + "\n")
@@ -215,6 +241,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--profile", help="profile name (default: COURSE_PROFILE or detected)")
     r.add_argument("--only", nargs="*", help="notebook prefixes to run, e.g. 00 01")
     r.add_argument("--run-dir", type=Path, help="run folder (default: runs/<time>-<profile>)")
+    r.add_argument("--task", help="a task of your own, 'module:Class' (default: COURSE_TASK): checked, then "
+                                  "notebooks 03 and 04 train and evaluate it")
     sub.add_parser("badges", help="rewrite Colab badges and install lines from REPO_URL")
     args = parser.parse_args(argv)
     if args.cmd == "badges":
@@ -222,11 +250,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"updated {p}")
         return 0
     try:
-        run = run_course(args.profile, args.only, args.run_dir)
+        run = run_course(args.profile, args.only, args.run_dir, task=args.task)
     except NotebookFailed as exc:
         print(f"\ncourse: FAILED\n{exc}", file=sys.stderr)
         return 1
-    except ValueError as exc:  # unknown profile
+    except (ValueError, TypeError) as exc:  # unknown profile, a task that is not importable or fails its checks
         print(f"course: {exc}", file=sys.stderr)
         return 2
     print(f"\ncourse: done. Run folder: {run}\nSummary: {run / 'summary.md'}")

@@ -8,6 +8,10 @@ Example:
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
+import importlib.util
+import sys
+from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from ..rewards import RewardFunc
@@ -100,3 +104,24 @@ def get_task(key: str) -> Task:
     if not isinstance(task, Task):
         raise TypeError(f"{path} is a {type(task).__name__}, not a helpers.tasks.Task: subclass Task.")
     return task
+
+
+def import_root(module: str) -> Path | None:
+    """The folder another Python process needs on ``PYTHONPATH`` to import ``module`` (``None``: it is installed).
+
+    ``trl grpo`` imports the rewards by name in a process of its own: a task module beside your notebook, or in a
+    folder of yours, is found there only through ``PYTHONPATH``. (The course's ``helpers`` is installed.)
+
+    Example:
+        >>> import_root("helpers.tasks.arithmetic") is None
+        True
+    """
+    top = module.split(".")[0]
+    if top in sys.stdlib_module_names or top in importlib.metadata.packages_distributions():
+        return None
+    spec = importlib.util.find_spec(top)
+    if spec is None:
+        raise ValueError(f"Module {module!r} is not importable here: put its folder on PYTHONPATH (or run from it).")
+    if spec.submodule_search_locations:  # a package (or a namespace package): the folder holding it
+        return Path(next(iter(spec.submodule_search_locations))).resolve().parent
+    return Path(spec.origin).resolve().parent if spec.origin else None
