@@ -4,6 +4,7 @@
 #   make test    every test: unit, every notebook under nbval on cpu-smoke, and the GPU contract tests
 #   make lab     open JupyterLab on the course
 #   make bench   run the benchmarks (each prints one JSON object)
+#   make gpu-wheelhouse  the lent GPU machine's wheels, slimmed, into .cache/gpu-carry (needs PyPI; sizes printed)
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -14,7 +15,7 @@ CONTRACT_PY := $(CONTRACT_VENV)/bin/python
 CONTRACT_STAMP := $(CONTRACT_VENV)/.installed
 PIP_FLAGS := --disable-pip-version-check --quiet
 
-.PHONY: setup course test unit lab bench contract-env gpu-pins clean help
+.PHONY: setup course test unit lab bench contract-env gpu-pins gpu-wheelhouse gpu-check clean help
 .DEFAULT_GOAL := help
 
 help:
@@ -67,6 +68,15 @@ bench: setup
 # torch build; tools/colab/), without installing anything (~2 minutes, needs PyPI).
 gpu-pins: setup
 	$(PY) tools/check_gpu_pins.py
+
+# The wheels a lent GPU machine installs offline (docs/gpu-check.md): downloaded from the lock, slimmed,
+# verified, with the sizes against the 64 MiB a call carries. Needs PyPI.
+gpu-wheelhouse: setup
+	$(PY) tools/wheelhouse.py build
+
+# The GPU path on this machine's GPU, T4-like (a lent machine runs `python3 tools/gpu_check.py --install --out "$$OUT"`).
+gpu-check: setup
+	$(PY) tools/gpu_check.py --out runs/gpu-check
 
 clean:
 	rm -rf $(VENV) .cache runs

@@ -4,9 +4,9 @@
 
 What it does, each stage recorded (an error is recorded with its stage and the run goes on):
 
-1. builds a tiny random Qwen2 (2 layers, hidden 256) with the bundled SmolLM2 tokenizer and saves it; its
-   output head is set so ``<|im_end|>`` is sampled with p ~ 0.08 a token, so some completions end and some are
-   truncated (a fully random head never ends one);
+1. builds a tiny random Qwen2 (2 layers, hidden 256) with the bundled SmolLM2 tokenizer and saves it
+   (``tools.gpu_check.tiny_model``): ``<|im_end|>`` is sampled with p ~ 0.08 a token, so some completions end and
+   some are truncated (a fully random head never ends one);
 2. loads it as notebook 03 does (``helpers.models._load_unsloth``: Unsloth's ``FastLanguageModel``, 4-bit when
    bitsandbytes is there, the profile's LoRA) with the ``colab-t4`` profile;
 3. builds Unsloth's patched ``GRPOConfig`` and TRL's own (the class Unsloth's subclasses) from the same keyword
@@ -39,23 +39,10 @@ for _key, _value in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "UNSLOT
                      "PYTHONWARNINGS": "ignore", "TOKENIZERS_PARALLELISM": "false"}.items():
     os.environ.setdefault(_key, _value)
 
+from tools.gpu_check import jsonable  # noqa: E402 - after ROOT is on the path
+
 RESULT: dict[str, Any] = {"errors": {}, "seconds": {}}
 EOS_PROBABILITY = 0.08
-
-
-def jsonable(value: Any) -> Any:
-    """A JSON-friendly copy of a config value (enums by value, unknown objects by repr)."""
-    if isinstance(value, (bool, int, str)) or value is None:
-        return value
-    if isinstance(value, float):
-        return value if value == value and abs(value) != float("inf") else str(value)
-    if isinstance(value, (list, tuple)):
-        return [jsonable(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if hasattr(value, "value") and isinstance(getattr(value, "value"), (str, int)):
-        return value.value
-    return repr(value)
 
 
 def stage(name: str):
@@ -79,43 +66,11 @@ def stage(name: str):
 
 @stage("build_tiny_model")
 def build_tiny_model(tokenizer_dir: Path, out: Path) -> Path:
-    """A random Qwen2 saved in bfloat16 with a tokenizer shaped like Qwen's (pad <|endoftext|>, eos <|im_end|>)."""
-    import torch
-    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+    """A random Qwen2 saved in bfloat16 with a tokenizer shaped like Qwen's (pad <|endoftext|>, eos <|im_end|>):
+    ``tools.gpu_check.tiny_model``, which the GPU check (tools/gpu_check.py) builds its models with too."""
+    from tools.gpu_check import tiny_model
 
-    tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
-    tok.eos_token, tok.pad_token = "<|im_end|>", "<|endoftext|>"
-    eos = tok.convert_tokens_to_ids("<|im_end|>")
-    config = Qwen2Config(vocab_size=len(tok), hidden_size=256, intermediate_size=512, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
-                         tie_word_embeddings=False, bos_token_id=tok.bos_token_id, eos_token_id=eos,
-                         pad_token_id=tok.pad_token_id)
-    torch.manual_seed(0)
-    model = Qwen2ForCausalLM(config).eval()
-    with torch.no_grad():
-        # one constant feature in every token embedding survives the final RMSNorm as a large, steady h[0];
-        # the head reads only it for <|im_end|>, so the end-of-turn logit is about the same at every position
-        model.model.embed_tokens.weight[:, 0] = 1.0
-        model.lm_head.weight[:, 0] = 0.0
-        model.lm_head.weight[eos] = 0.0
-        ids = tok(["What is 12 + 30? Think step by step.", "A shelf holds 14 books."], return_tensors="pt",
-                  padding=True).input_ids
-        hidden = model.model(input_ids=ids).last_hidden_state
-        others = model.lm_head(hidden)
-        others[..., eos] = -float("inf")
-        target = torch.logsumexp(others, -1).mean() + torch.log(torch.tensor(EOS_PROBABILITY / (1 - EOS_PROBABILITY)))
-        model.lm_head.weight[eos, 0] = target / hidden[..., 0].mean()
-        p_eos = torch.softmax(model(input_ids=ids).logits.float(), -1)[..., eos]
-    model.generation_config.eos_token_id, model.generation_config.pad_token_id = eos, tok.pad_token_id
-    model = model.to(torch.bfloat16)
-    model.save_pretrained(str(out))
-    tok.save_pretrained(str(out))
-    RESULT["tiny_model"] = {"path": str(out), "config": {k: getattr(config, k) for k in (
-        "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-        "num_key_value_heads", "tie_word_embeddings")}, "parameters": sum(p.numel() for p in model.parameters()),
-        "eos_token": tok.eos_token, "pad_token": tok.pad_token, "p_eos_per_token_mean": round(float(p_eos.mean()), 4),
-        "p_eos_per_token_min": round(float(p_eos.min()), 4), "p_eos_per_token_max": round(float(p_eos.max()), 4),
-        "saved_dtype": "bfloat16"}
+    RESULT["tiny_model"] = tiny_model("qwen2", tokenizer_dir, out, eos_probability=EOS_PROBABILITY)
     return out
 
 

@@ -1,0 +1,893 @@
+"""The course's GPU path on a real GPU, in one call (issue 36): notebooks 03 and 04, T4-like, on tiny models.
+
+On the lent GPU machine, from the repository root, with ``.cache/gpu-carry`` carried (docs/gpu-check.md):
+
+    python3 tools/gpu_check.py --install --out "$OUT"
+
+Elsewhere (a GPU workstation with the GPU stack installed, or a CPU, where it stops at the first CUDA call):
+
+    python tools/gpu_check.py [--out DIR] [--models qwen2,gemma3] [--minutes 7.5] [--native]
+    python tools/gpu_check.py store FILE     # keep a result as bench/measured/gpu_check.json
+
+What one run does, each step recorded (an error is recorded with its step, and the run goes on where it can):
+
+1. ``--install``: installs the carried wheels (``tools/wheelhouse.py build``) with ``pip install --no-index
+   --no-deps --target`` beside the image's packages, and checks what they require of the image (versions read
+   there, not assumed);
+2. per architecture (a child process each, side by side unless ``--serial``, so one crash cannot take the
+   other): builds a tiny random-weight causal
+   LM from a config (Qwen2 or Gemma 3, 2 layers, the bundled SmolLM2 tokenizer), registers it as the course's
+   model and shrinks the ``colab-t4`` profile's sizes (its recipe kept: 4-bit, LoRA r16, 8-bit AdamW, DAPO, groups
+   of 6); makes the GPU T4-like: compute capability 7.5 as Unsloth and the course see it (so fp16, no bf16; Gemma 3
+   in float32, as Unsloth does on a T4) and PyTorch's memory capped at 15 GiB
+   (``torch.cuda.set_per_process_memory_fraction``); ``--native`` keeps the GPU as it is;
+3. runs notebook 03's code cells as the learner runs them (the notebook's own source, executed in order in one
+   namespace): ``FastLanguageModel.from_pretrained(load_in_4bit=True)``, ``get_peft_model``, the data, the rewards,
+   ``GRPOConfig`` as Unsloth rewrites it, Unsloth's patched ``GRPOTrainer`` for 2 steps with a checkpoint a step;
+   then its path cells again with 3 steps, which resumes from the checkpoint (a learner's disconnect);
+4. runs notebook 04's cells: the adapter reloaded through Unsloth, the held-out evaluation, the 16-bit merge
+   (``save_pretrained_merged(..., "merged_16bit")``), the merged model reloaded with transformers and generating,
+   the chat; not the GGUF export (Unsloth builds llama.cpp from the network);
+5. writes one JSON (``OUT/gpu_check.json``): the date, the machine, versions, what ran, what failed with its
+   error, seconds per training step, peak GPU memory and the config as Unsloth rewrote it. It ends inside
+   ``--minutes`` (7.5 by default): a child still running then is stopped and what it recorded is kept.
+
+Exit status: 0 when everything ran, 1 when something failed, 2 when there is no CUDA GPU (the run stops at the
+first CUDA call; ``tests/test_gpu_check.py`` runs it so on a CPU to catch a broken check before a GPU is lent, and
+once more as a rehearsal past that call, ``--native --rehearse tests/gpu_check_cpu.py``, where CPU stand-ins take
+the place of what needs a GPU: that checks the check, not the GPU path).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import gc
+import io
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+CARRY = ROOT / ".cache" / "gpu-carry"           # tools/wheelhouse.py build: wheels/, tokenizer/, manifest.json
+STORED = ROOT / "bench" / "measured" / "gpu_check.json"
+NOTEBOOKS = {"03": ROOT / "notebooks" / "03_grpo_training.ipynb", "04": ROOT / "notebooks" / "04_merge_and_inference.ipynb"}
+ARCHITECTURES = ("qwen2", "gemma3")
+T4_CAPABILITY = (7, 5)
+T4_MEMORY_BYTES = 15 * 1024**3                  # a T4's 15,360 MiB, as Colab shows it
+DEFAULT_MINUTES = 7.5                           # the whole run, install included: inside 8 minutes
+EOS_PROBABILITY = 0.08                          # a sampled completion ends after ~12 tokens on average
+STEADY_H0 = 8.0                                 # the constant feature after the final norm (of ~16 in all)
+LOGIT_SPREAD = 5.5                              # std of the other logits: peaked, so greedy decoding writes tokens
+LAYER_SCALE = 60.0                              # a tied model's layer outputs, scaled over its token embeddings
+STEPS, RESUME_STEPS = 2, 3
+ADAPTER_SIGNAL_STD = 0.05                       # noise on LoRA B before notebook 04, so the merge has work to do
+#: colab-t4's sizes cut for a tiny model and a few steps; its recipe (model loading, LoRA, optimizer, loss) kept.
+SIZES = dict(max_steps=STEPS, save_steps=1, train_rows=24, eval_rows=8, eval_prompts=8, max_completion_length=64,
+             time_budget_minutes=None)
+
+#: Cells that must run for the ones after them (a failure stops that notebook); every marker must match one cell.
+PATH_MARKERS = {
+    "03": ("PROFILE = get_profile()", "FastLanguageModel.from_pretrained(", "data = ensure_prepared(",
+           "REWARDS = TASK.rewards_for(", "SFTTrainer(", "config = GRPOConfig(**ASKED)", "trainer = GRPOTrainer(",
+           "trainer.train(resume_from_checkpoint="),
+    "04": ("PROFILE = get_profile()", "ADAPTER = ensure_adapter(", "FastLanguageModel.from_pretrained(",
+           "SETTINGS = eval_settings(", "results = evaluate_adapters(", "save_pretrained_merged(", "verify_merged("),
+}
+#: Cells the check does not run, with the reason.
+SKIP_MARKERS = {
+    "03": {"trackio.show(": "starts trackio's dashboard web server, which never returns in a script (the notebook's "
+                            "NBVAL_SKIP cell; tools/browser_check.py checks the dashboard)"},
+    "04": {"save_pretrained_gguf(": "the GGUF export: Unsloth clones and builds llama.cpp from GitHub, which the "
+                                    "lent machine cannot reach"},
+}
+FIRST_CUDA_CELL = ("03", "FastLanguageModel.from_pretrained(")   # the GPU memory cap goes right before it
+
+
+class NoGPU(RuntimeError):
+    """No CUDA GPU: the check stops here (on a CPU this is where a test expects it to stop)."""
+
+
+# ------------------------------------------------------------------------------------------- notebook cells
+@dataclasses.dataclass
+class Cell:
+    """One code cell of a notebook, as the check runs it."""
+
+    notebook: str
+    index: int
+    source: str
+    role: str                    # "path" (later cells need it), "aside", or "skip"
+    marker: str = ""             # the path or skip marker it matched
+    why: str = ""                # why it is skipped
+
+    @property
+    def name(self) -> str:
+        return f"{self.notebook}[{self.index}]"
+
+
+def read_cells(notebook: str, path: Path | None = None) -> list[Cell]:
+    """The code cells of notebook ``03``/``04`` in order, classified; IPython magics become ``pass`` (as
+    ``tests/notebook_code.py`` reads them). Raises when a marker matches no cell or several."""
+    data = json.loads((path or NOTEBOOKS[notebook]).read_text())
+    cells = []
+    for index, cell in enumerate(data["cells"]):
+        if cell["cell_type"] != "code":
+            continue
+        source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+        source = re.sub(r"^(\s*)%(.*)$", r"\1pass  # %\2", source, flags=re.M)
+        cells.append(Cell(notebook, index, source, "aside"))
+    for marker in PATH_MARKERS.get(notebook, ()):
+        cell = _one(cells, marker, notebook)
+        cell.role, cell.marker = "path", marker
+    for marker, why in SKIP_MARKERS.get(notebook, {}).items():
+        cell = _one(cells, marker, notebook)
+        cell.role, cell.marker, cell.why = "skip", marker, why
+    return cells
+
+
+def _one(cells: list[Cell], marker: str, notebook: str) -> Cell:
+    found = [c for c in cells if marker in c.source]
+    if len(found) != 1:
+        raise ValueError(f"notebook {notebook}: {len(found)} code cells contain {marker!r}, the check expects one. "
+                         "The notebook changed: update PATH_MARKERS / SKIP_MARKERS in tools/gpu_check.py.")
+    return found[0]
+
+
+def substitutions(trackio: bool) -> list[tuple[str, str, str]]:
+    """``(old, new, why)`` edits the check makes to the cells' source on the machine (each one recorded)."""
+    subs = []
+    if not trackio:
+        subs.append(('report_to="trackio"', 'report_to="none"',
+                     "trackio is not installed on the lent machine: the check's GRPOConfig logs nowhere"))
+    return subs
+
+
+def apply_substitutions(cells: list[Cell], subs: list[tuple[str, str, str]]) -> list[dict[str, str]]:
+    applied = []
+    for cell in cells:
+        for old, new, why in subs:
+            if old in cell.source:
+                cell.source = cell.source.replace(old, new)
+                applied.append({"cell": cell.name, "old": old, "new": new, "why": why})
+    return applied
+
+
+# ------------------------------------------------------------------------------------------------ tiny models
+def tiny_config(arch: str, tok: Any, eos: int) -> Any:
+    """A 2-layer config of ``arch`` (``qwen2``: untied head like Qwen2.5; ``gemma3``: tied, like Gemma 3 1B)."""
+    common = dict(vocab_size=len(tok), hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                  num_attention_heads=4, max_position_embeddings=2048, bos_token_id=tok.bos_token_id,
+                  eos_token_id=eos, pad_token_id=tok.pad_token_id)
+    if arch == "qwen2":
+        from transformers import Qwen2Config
+        return Qwen2Config(**common, num_key_value_heads=2, tie_word_embeddings=False)
+    if arch == "gemma3":
+        from transformers import Gemma3TextConfig
+        return Gemma3TextConfig(**common, num_key_value_heads=1, head_dim=64, query_pre_attn_scalar=64,
+                                sliding_window=512, layer_types=["sliding_attention", "full_attention"],
+                                tie_word_embeddings=True)
+    raise ValueError(f"Unknown architecture {arch!r}: use one of {', '.join(ARCHITECTURES)}.")
+
+
+def tiny_model(arch: str, tokenizer_dir: str | Path, out: str | Path,
+               eos_probability: float = EOS_PROBABILITY) -> dict[str, Any]:
+    """Build a random-weight ``arch`` model with ``tokenizer_dir``'s tokenizer, save it (bfloat16) in ``out``.
+
+    Random weights are shaped so the course's code has something to do: ``<|im_end|>`` is sampled with probability
+    ~``eos_probability`` a token (some completions end, some are cut off; a plain random model never ends one), and
+    the other logits are peaked (:data:`LOGIT_SPREAD`), so greedy decoding writes tokens instead of ending at once. How:
+    every token embedding carries one constant feature that no layer writes to, so the final norm's output has a
+    steady ``h[0]``; only ``<|im_end|>``'s head row reads it. A tied head (Gemma 3) reads it in every row alike (a
+    shift softmax ignores), and its layers' outputs are scaled up so the last hidden state is not the input token's
+    own embedding (a tied random model otherwise repeats its input). Returns what was built and measured."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    tok.eos_token, tok.pad_token = "<|im_end|>", "<|endoftext|>"
+    eos = tok.convert_tokens_to_ids("<|im_end|>")
+    config = tiny_config(arch, tok, eos)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config).eval()
+    head, embed = model.get_output_embeddings().weight, model.get_input_embeddings().weight
+    tied = head.data_ptr() == embed.data_ptr()
+    chats = [[{"role": "user", "content": q}] for q in ("What is 12 + 30? Think step by step.",
+                                                         "A shelf holds 14 books and 6 more arrive. How many now?",
+                                                         "How many legs do 3 cats have?")]
+    side, tok.padding_side = tok.padding_side, "left"
+    batch = tok.apply_chat_template(chats, add_generation_prompt=True, return_tensors="pt", return_dict=True,
+                                    padding=True)
+    ids, mask = batch["input_ids"], batch["attention_mask"].bool()
+    log_odds = torch.log(torch.tensor(eos_probability / (1 - eos_probability)))
+    with torch.no_grad():
+        for name, module in model.named_modules():
+            if name.endswith(("o_proj", "down_proj")):
+                module.weight[0] = 0.0          # no layer writes feature 0
+            if tied and name.endswith(("post_attention_layernorm", "post_feedforward_layernorm")):
+                module.weight.fill_(LAYER_SCALE - 1.0)   # Gemma's norms scale by (1 + weight): layers outweigh embeddings
+        if not tied:
+            head[:, 0] = 0.0
+        head[eos] = 0.0
+        embed[:, 0] = float(embed[:, 1:].std())
+        others = torch.ones(len(tok), dtype=torch.bool)
+        others[eos] = False
+        for _ in range(8):  # settle the constant, the head's spread and <|im_end|>'s row together
+            hidden = model.model(input_ids=ids, attention_mask=mask).last_hidden_state[mask]
+            rest = model.get_output_embeddings()(hidden).float()[:, others]
+            embed[:, 0] *= STEADY_H0 / float(hidden[:, 0].mean())                  # h[0] about STEADY_H0
+            head[others, 1:] *= LOGIT_SPREAD / float(rest.std(-1).mean())          # peaked: greedy writes tokens
+            target = torch.logsumexp(rest, -1) + log_odds       # <|im_end|>'s logit wanted, per position
+            head[eos, 0] = float((target * hidden[:, 0]).sum() / (hidden[:, 0] ** 2).sum())   # least squares
+        logits = model(input_ids=ids, attention_mask=mask).logits.float()[mask]
+        probs = torch.softmax(logits, -1)
+        p_eos, p_top = probs[:, eos], probs[:, others].max(-1).values
+        copies = float((logits.argmax(-1) == ids[mask]).float().mean())
+    model.generation_config.eos_token_id, model.generation_config.pad_token_id = eos, tok.pad_token_id
+    model = model.to(torch.bfloat16)
+    model.save_pretrained(str(out))
+    tok.padding_side = side
+    tok.save_pretrained(str(out))
+    return {"arch": arch, "model_type": config.model_type, "class": type(model).__name__, "path": str(out),
+            "config": {k: getattr(config, k) for k in ("vocab_size", "hidden_size", "intermediate_size",
+                                                       "num_hidden_layers", "num_attention_heads",
+                                                       "num_key_value_heads", "tie_word_embeddings")},
+            "parameters": sum(p.numel() for p in model.parameters()), "saved_dtype": "bfloat16",
+            "eos_token": tok.eos_token, "pad_token": tok.pad_token,
+            "p_eos_per_token": [round(float(p_eos.min()), 4), round(float(p_eos.mean()), 4), round(float(p_eos.max()), 4)],
+            "p_top_other_token_mean": round(float(p_top.mean()), 4), "predicts_its_input": round(copies, 3)}
+
+
+# ------------------------------------------------------------------------------------------------ recording
+class Tee(io.TextIOBase):
+    """Write to the real stream and keep the text, so each step's output can be recorded (its tail)."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream, self.parts = stream, []
+
+    def write(self, text: str) -> int:
+        self.stream.write(text)
+        self.parts.append(text)
+        return len(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def text(self) -> str:
+        return "".join(self.parts)
+
+
+class Recorder:
+    """One child's record: each step timed, its error (with the traceback's tail) kept; written after each step."""
+
+    def __init__(self, path: Path, deadline: float, **fields: Any) -> None:
+        self.path, self.deadline = path, deadline
+        self.data: dict[str, Any] = {**fields, "steps": [], "stopped_at": None}
+        self.write()
+
+    def write(self) -> None:
+        self.path.write_text(json.dumps(self.data, indent=1, default=str))
+
+    def run(self, name: str, func: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[bool, Any]:
+        """Run one step; ``(ok, value)``. ``NoGPU`` is recorded as where the check stopped, not as a failure."""
+        print(f"=== {self.data.get('model', '')} {name}", flush=True)
+        step: dict[str, Any] = {"name": name}
+        self.data["running"] = name  # what a run stopped at the deadline was doing
+        self.write()
+        start, tee = time.time(), Tee(sys.stdout)
+        ok, value = False, None
+        try:
+            with contextlib.redirect_stdout(tee):
+                value = func(*args, **kwargs)
+            ok = True
+        except NoGPU as exc:
+            step["stopped"] = str(exc)
+            self.data["stopped_at"] = f"{name}: {exc}"
+        except BaseException as exc:  # noqa: BLE001 - recorded; the run goes on where it can
+            step["error"] = f"{type(exc).__name__}: {exc}"[:2000]
+            step["traceback"] = traceback.format_exc()[-3000:]
+            traceback.print_exc()
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+        step.update(ok=ok, seconds=round(time.time() - start, 2), output_tail=tee.text()[-(600 if ok else 2000):])
+        self.data["steps"].append(step)
+        self.data["running"] = None
+        self.write()
+        return ok, value
+
+    def time_left(self) -> float:
+        return self.deadline - time.time()
+
+
+def jsonable(value: Any) -> Any:
+    """A JSON-friendly copy of a config value (enums by value, unknown objects by repr)."""
+    if isinstance(value, (bool, int, str)) or value is None:
+        return value
+    if isinstance(value, float):
+        return value if value == value and abs(value) != float("inf") else str(value)
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if hasattr(value, "value") and isinstance(getattr(value, "value"), (str, int)):
+        return value.value
+    return repr(value)
+
+
+# ----------------------------------------------------------------------------------------- the GPU, T4-like
+def emulate_t4() -> dict[str, Any]:
+    """Make Unsloth and the course see a T4: compute capability 7.5, no bf16 (no CUDA call; before ``import
+    unsloth``, which reads the capability at import)."""
+    import torch
+
+    real = torch.cuda.get_device_capability
+    torch.cuda.get_device_capability = lambda device=None: T4_CAPABILITY
+    torch.cuda.is_bf16_supported = lambda *args, **kwargs: False
+    torch.cuda._course_real_capability = real
+    return {"capability": list(T4_CAPABILITY), "bf16_supported": False}
+
+
+def gpu_memory_cap(native: bool, rehearsal: bool = False) -> dict[str, Any]:
+    """The first CUDA call: cap PyTorch's memory at a T4's 15 GiB (``NoGPU`` without CUDA, unless rehearsing)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        if rehearsal:
+            return {"gpu": None, "rehearsal": "no GPU: the cells run on the CPU with the rehearsal's stand-ins"}
+        raise NoGPU("no CUDA GPU is visible; everything up to here ran, the rest needs a GPU")
+    props = torch.cuda.get_device_properties(0)
+    real = getattr(torch.cuda, "_course_real_capability", torch.cuda.get_device_capability)(0)
+    out = {"gpu": props.name, "capability": list(real), "memory_gib": round(props.total_memory / 1024**3, 1),
+           "cuda": torch.version.cuda, "torch": torch.__version__}
+    if not native:
+        fraction = min(1.0, T4_MEMORY_BYTES / props.total_memory)
+        torch.cuda.set_per_process_memory_fraction(fraction, 0)
+        out["memory_fraction"] = round(fraction, 4)
+        out["memory_cap_gib"] = round(fraction * props.total_memory / 1024**3, 2)
+    torch.cuda.reset_peak_memory_stats()
+    return out
+
+
+def peak_memory(reset: bool = True) -> dict[str, float] | None:
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    out = {"allocated_gib": round(torch.cuda.max_memory_allocated() / 1024**3, 3),
+           "reserved_gib": round(torch.cuda.max_memory_reserved() / 1024**3, 3)}
+    if reset:
+        torch.cuda.reset_peak_memory_stats()
+    return out
+
+
+def free_gpu(namespace: dict[str, Any]) -> None:
+    namespace.clear()
+    gc.collect()
+    with contextlib.suppress(Exception):
+        import torch
+        torch.cuda.empty_cache()
+
+
+# --------------------------------------------------------------------------------------------- the course
+def course_setup(arch: str, model_dir: Path, run: Path, steps: int, sizes: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Register the tiny model as the course's model and the shrunk ``colab-t4`` profile, as the notebooks read
+    them (``COURSE_PROFILE``, ``COURSE_MODEL``, ``COURSE_RUN_DIR``); the data is GSM8K's sample in ``data/``."""
+    import helpers.profiles as hp
+
+    key = f"tiny-{arch}"
+    real = hp.MODELS["gemma3-1b" if arch == "gemma3" else "qwen2.5-1.5b"]
+    hp.MODELS[key] = dataclasses.replace(real, key=key, hf_id=str(model_dir), unsloth_id=str(model_dir),
+                                         params_b=0.03, notes=f"a tiny random-weight {arch} for the GPU check")
+    sizes = dict(SIZES, **(sizes or {}), max_steps=steps)
+    hp.PROFILES["colab-t4"] = dataclasses.replace(hp.COLAB_T4, **sizes)
+    os.environ.update(COURSE_PROFILE="colab-t4", COURSE_MODEL=key, COURSE_RUN_DIR=str(run),
+                      COURSE_GSM8K_DIR=str(ROOT / "data" / "gsm8k_sample"))
+    os.environ.pop("COURSE_TIME_BUDGET", None)
+    profile = hp.get_profile()
+    return {"model_key": key, "like": real.key, "profile": {k: v for k, v in profile.to_dict().items()
+                                                            if k != "minutes"}, "sizes_changed": sizes}
+
+
+class StepTimer:
+    """A trainer callback recording each optimizer step's wall time (added after the notebook builds the trainer)."""
+
+    def __new__(cls) -> Any:
+        from transformers import TrainerCallback
+
+        class _Timer(TrainerCallback):
+            def __init__(self) -> None:
+                self.seconds: list[float] = []
+                self._start = 0.0
+
+            def on_step_begin(self, args, state, control, **kwargs):  # noqa: D102
+                self._start = time.time()
+
+            def on_step_end(self, args, state, control, **kwargs):  # noqa: D102
+                self.seconds.append(round(time.time() - self._start, 3))
+
+        return _Timer()
+
+
+def config_record(ns: dict[str, Any]) -> dict[str, Any]:
+    """What the config cell asked and what Unsloth's ``GRPOConfig`` built (notebook 03's own comparison)."""
+    asked, config = ns["ASKED"], ns["config"]
+
+    def differs(a: Any, got: Any) -> bool:
+        return not (got == a or (a == "none" and got == []))
+
+    changed = {k: [jsonable(v), jsonable(getattr(config, k, None))] for k, v in asked.items()
+               if differs(v, getattr(config, k, None))}
+    watch = ("per_device_train_batch_size", "gradient_accumulation_steps", "num_generations", "steps_per_generation",
+             "generation_batch_size", "learning_rate", "optim", "weight_decay", "bf16", "fp16", "loss_type", "beta",
+             "epsilon", "epsilon_high", "mask_truncated_completions", "scale_rewards", "max_completion_length",
+             "temperature", "vllm_importance_sampling_correction", "report_to", "gradient_checkpointing", "use_vllm")
+    return {"class": f"{type(config).__module__}.{type(config).__qualname__}",
+            "unsloth_config": hasattr(config, "unsloth_num_chunks"), "changed_from_asked": changed,
+            "built": {k: jsonable(getattr(config, k, None)) for k in watch},
+            "unsloth_only": {k: jsonable(getattr(config, k)) for k in ("unsloth_num_chunks", "unsloth_logit_chunk_multiplier",
+                                                                        "unsloth_grpo_mini_batch", "vllm_sampling_params")
+                             if hasattr(config, k)}}
+
+
+READ_AFTER = ("config = GRPOConfig(**ASKED)", "trainer = GRPOTrainer(", "trainer.train(resume_from_checkpoint=",
+              "save_pretrained_merged(", "verify_merged(")
+
+
+def after_cell(cell: Cell, ns: dict[str, Any], record: dict[str, Any], timer: list[Any]) -> None:
+    """Read what a path cell made into the record (the notebook's own variables)."""
+    if cell.marker == "config = GRPOConfig(**ASKED)":
+        record["config"] = config_record(ns)
+    elif cell.marker == "trainer = GRPOTrainer(":
+        trainer = ns["trainer"]
+        timer[:] = [StepTimer()]
+        trainer.add_callback(timer[0])
+        model = ns["model"]
+        record["trainer"] = {"class": type(trainer).__name__, "args_fp16": trainer.args.fp16,
+                             "args_bf16": trainer.args.bf16, "model_class": type(model).__name__,
+                             "model_dtype": str(getattr(model, "dtype", None)),
+                             "linear4bit_modules": sum(type(m).__name__ == "Linear4bit" for m in model.modules()),
+                             "trainable_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
+                             "padding_side": getattr(ns["tokenizer"], "padding_side", None)}
+    elif cell.marker == "trainer.train(resume_from_checkpoint=":
+        trainer = ns["trainer"]
+        logs = [{k: jsonable(v) for k, v in h.items() if k in (
+            "step", "loss", "reward", "reward_std", "kl", "entropy", "completions/mean_length",
+            "completions/clipped_ratio", "frac_reward_zero_std", "grad_norm", "learning_rate", "train_runtime")}
+            for h in trainer.state.log_history]
+        steps = timer[0].seconds if timer else []
+        record["train"] = {"resumed_from": ns.get("checkpoint"), "global_step": trainer.state.global_step,
+                           "step_seconds": steps, "log_history": logs,
+                           "seconds_per_step": round(sum(steps[1:]) / len(steps[1:]), 3) if len(steps) > 1 else
+                           (steps[0] if steps else None)}
+    elif cell.marker == "save_pretrained_merged(":
+        merged = Path(ns["MERGED"])
+        record["merge"] = {"files": sorted(p.name for p in merged.iterdir()), "saved_dtype": ns["saved_dtype"](merged),
+                           "bytes": sum(p.stat().st_size for p in merged.rglob("*") if p.is_file())}
+    elif cell.marker == "verify_merged(":
+        import torch
+
+        from helpers.prompts import encode
+
+        report, reference, reloaded = ns["report"], ns["reference"], ns["reloaded"]
+        ids = torch.tensor(encode(ns["tokenizer"], [ns["held_out"]["prompt"][0]]))
+        with torch.no_grad():
+            a = reference(input_ids=ids.to(reference.device)).logits.float().cpu()
+            b = reloaded(input_ids=ids.to(reloaded.device)).logits.float().cpu()
+        record["reload_and_generate"] = {
+            "summary": str(report), "matches": list(report.matches), "dtype": str(ns["DTYPE"]),
+            "merged_outputs": [o[:120] for o in report.merged_outputs],
+            "logits_merged_vs_adapter": {"max_abs_diff": round(float((a - b).abs().max()), 4),
+                                         "scale": round(float(a.abs().max()), 2),
+                                         "argmax_agreement": round(float((a.argmax(-1) == b.argmax(-1)).float().mean()), 4)}}
+
+
+def untrained_adapter(ns: dict[str, Any], run: Path) -> dict[str, Any]:
+    """Training failed: save the LoRA model notebook 03 loaded as ``RUN/adapter``, so notebook 04's loading, merge
+    and reload still run on the GPU (its own fallback would train again, and fail the same way)."""
+    ns["model"].save_pretrained(str(run / "adapter"))
+    ns["tokenizer"].save_pretrained(str(run / "adapter"))
+    return {"why": "notebook 03's training failed (see its step): 04 runs on the untrained adapter"}
+
+
+def adapter_signal(run: Path, std: float = ADAPTER_SIGNAL_STD) -> dict[str, Any]:
+    """Add seeded noise to the saved adapter's LoRA B matrices (``RUN/adapter``), so notebook 04 evaluates and merges
+    an adapter that changes the model: a few steps of a random model's GRPO leave B at zero (every group's rewards
+    are equal, so no gradient), and merging a zero update would check nothing."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    path = run / "adapter" / "adapter_model.safetensors"
+    tensors = load_file(str(path))
+    generator = torch.Generator().manual_seed(0)
+    changed = 0
+    for name, tensor in tensors.items():
+        if "lora_B" in name:
+            noise = torch.randn(tensor.shape, generator=generator) * std
+            tensors[name] = (tensor.float() + noise).to(tensor.dtype)
+            changed += 1
+    save_file(tensors, str(path), metadata={"format": "pt"})
+    return {"lora_B_tensors": changed, "noise_std": std,
+            "why": "a random model's few GRPO steps leave LoRA B at zero; merging a zero update checks nothing"}
+
+
+def run_cells(rec: Recorder, label: str, cells: list[Cell], ns: dict[str, Any], record: dict[str, Any],
+              before: dict[tuple[str, str], Callable[[], Any]] | None = None, reserve: float = 20.0) -> bool:
+    """Execute cells in order in ``ns``; a failed path cell stops the notebook. True when every cell ran."""
+    timer: list[Any] = []
+    ran_all = True
+    for cell in cells:
+        if cell.role == "skip":
+            record.setdefault("skipped", {})[cell.name] = cell.why
+            continue
+        hook = (before or {}).get((cell.notebook, cell.marker))
+        if hook is not None:
+            ok, _ = rec.run(hook.__name__, hook)
+            if not ok:
+                return False
+        if rec.time_left() < reserve:
+            rec.data["stopped_at"] = rec.data["stopped_at"] or f"{label} {cell.name}: out of time"
+            return False
+        code = compile(cell.source, f"<notebook {cell.name}>", "exec")
+        ok, _ = rec.run(f"{label} {cell.name}", exec, code, ns)
+        if ok and cell.marker in READ_AFTER:
+            rec.run(f"{label} {cell.name} (read)", after_cell, cell, ns, record, timer)
+        if not ok:
+            ran_all = False
+            if cell.role == "path":
+                record["stopped_after"] = cell.name
+                return False
+    return ran_all
+
+
+def child(arch: str, work: Path, out_json: Path, deadline: float, native: bool, tokenizer: Path,
+          rehearse: Path | None = None, sizes: dict[str, Any] | None = None) -> int:
+    """One architecture, start to end, in this process (``--child``)."""
+    import faulthandler
+
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # the parent asks for the stacks before a kill
+    work.mkdir(parents=True, exist_ok=True)
+    os.chdir(work)  # Unsloth writes unsloth_compiled_cache/ into the working folder
+    rec = Recorder(out_json, deadline, model=arch, t4_like=not native)
+    data = rec.data
+    ok, info = rec.run("tiny_model", tiny_model, arch, tokenizer, work / f"tiny-{arch}")
+    data["tiny_model"] = info
+    if not ok:
+        return 1
+
+    def load_cells() -> dict[str, Any]:
+        import importlib.util
+        cells = {nb: read_cells(nb) for nb in NOTEBOOKS}
+        applied = apply_substitutions([c for nb in cells.values() for c in nb],
+                                      substitutions(importlib.util.find_spec("trackio") is not None))
+        for cell in (c for nb in cells.values() for c in nb):
+            compile(cell.source, f"<notebook {cell.name}>", "exec")
+        data["substitutions"] = applied
+        data["cells"] = {nb: {"run": [c.name for c in cs if c.role != "skip"],
+                              "path": [c.name for c in cs if c.role == "path"],
+                              "skipped": {c.name: c.why for c in cs if c.role == "skip"}} for nb, cs in cells.items()}
+        return cells
+
+    ok, cells = rec.run("notebook_cells", load_cells)
+    if not ok:
+        return 1
+    if not native:
+        data["t4_emulation"] = rec.run("t4_like", emulate_t4)[1]
+
+    def import_unsloth() -> dict[str, Any]:
+        start = time.time()
+        import unsloth  # noqa: F401  (before TRL, as the notebooks do)
+        return {"seconds": round(time.time() - start, 1), "versions": versions()}
+
+    ok, imported = rec.run("import_unsloth", import_unsloth)
+    data["import_unsloth"] = imported
+    if not ok:
+        return 1
+    if rehearse is not None:  # a CPU rehearsal of the check itself: stand-ins for what needs a GPU
+        import runpy
+        data["rehearsal"] = str(rehearse)
+        if not rec.run("rehearsal_prelude", runpy.run_path, str(rehearse), run_name="__gpu_check_rehearsal__")[0]:
+            return 1
+    run = work / f"run-{arch}"
+    ok, setup = rec.run("course_setup", course_setup, arch, work / f"tiny-{arch}", run, STEPS, sizes)
+    data["course"] = setup
+    if not ok:
+        return 1
+
+    def gpu_memory_cap_step() -> Any:
+        data["gpu"] = gpu_memory_cap(native, rehearsal=rehearse is not None)
+        return data["gpu"]
+
+    gpu_memory_cap_step.__name__ = "gpu_memory_cap"
+    # notebook 03: 2 steps, a checkpoint a step
+    ns: dict[str, Any] = {"__name__": "__main__"}
+    nb03: dict[str, Any] = {}
+    data["notebook_03"] = nb03
+    run_cells(rec, "03", cells["03"], ns, nb03, before={FIRST_CUDA_CELL: gpu_memory_cap_step})
+    if data["stopped_at"] and data["stopped_at"].startswith("gpu_memory_cap"):
+        return 2
+    nb03["peak_gpu_memory"] = peak_memory()
+    adapter = run / "adapter" / "adapter_config.json"
+    if "train" not in nb03 and "model" in ns and "tokenizer" in ns and not adapter.is_file():
+        data["untrained_adapter"] = rec.run("untrained_adapter", untrained_adapter, ns, run)[1]
+    free_gpu(ns)
+    if "train" in nb03:
+        # the learner comes back: the notebook's path again, one step more, resumes from the last checkpoint
+        resume: dict[str, Any] = {}
+        data["notebook_03_resume"] = resume
+        rec.run("course_setup (3 steps)", course_setup, arch, work / f"tiny-{arch}", run, RESUME_STEPS, sizes)
+        run_cells(rec, "03 again", [c for c in cells["03"] if c.role == "path"], ns, resume)
+        resume["peak_gpu_memory"] = peak_memory()
+        free_gpu(ns)
+    if adapter.is_file():
+        data["adapter_signal"] = rec.run("adapter_signal", adapter_signal, run)[1]
+        nb04: dict[str, Any] = {}
+        data["notebook_04"] = nb04
+        run_cells(rec, "04", cells["04"], ns, nb04)
+        nb04["peak_gpu_memory"] = peak_memory()
+        free_gpu(ns)
+    rec.write()
+    failed = [s for s in data["steps"] if not s["ok"] and "stopped" not in s]
+    return 1 if failed or data["stopped_at"] else 0
+
+
+# ------------------------------------------------------------------------------------------ the parent run
+VERSIONED = ("torch", "transformers", "trl", "peft", "accelerate", "datasets", "bitsandbytes", "unsloth",
+             "unsloth_zoo", "triton", "torchao", "xformers", "tokenizers", "numpy", "huggingface_hub", "trackio")
+
+
+def versions() -> dict[str, str | None]:
+    import importlib.metadata as md
+
+    out: dict[str, str | None] = {}
+    for name in VERSIONED:
+        try:
+            out[name] = md.version(name)
+        except md.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def machine() -> dict[str, Any]:
+    """The machine, read without initialising CUDA in this process (nvidia-smi)."""
+    info: dict[str, Any] = {"python": platform.python_version(), "platform": platform.platform(),
+                            "cpus": os.cpu_count(), "gpu": None}
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        proc = subprocess.run([smi, "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
+                              capture_output=True, text=True)
+        if proc.returncode == 0 and proc.stdout.strip():
+            name, memory, driver = [x.strip() for x in proc.stdout.splitlines()[0].split(",")]
+            info.update(gpu=name, gpu_memory=memory, driver=driver)
+    return info
+
+
+def install(carry: Path, site: Path) -> dict[str, Any]:
+    """The carried wheels into ``site`` (``pip install --no-index --no-deps --target``), ahead of the image's."""
+    wheels = sorted((carry / "wheels").glob("*.whl"))
+    if not wheels:
+        raise FileNotFoundError(f"No wheels in {carry / 'wheels'}: build them here with `python tools/wheelhouse.py "
+                                "build` and carry .cache/gpu-carry to the machine.")
+    start = time.time()
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--no-index", "--no-deps", "--no-compile",
+                           "--no-cache-dir", "--quiet", "--disable-pip-version-check", "--upgrade", "--target",
+                           str(site), *map(str, wheels)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"pip install of the carried wheels failed:\n{proc.stderr[-3000:]}")
+    return {"wheels": len(wheels), "seconds": round(time.time() - start, 1), "site": str(site)}
+
+
+def image_requirements(carry: Path) -> dict[str, Any]:
+    """What the carried packages require of the image, against the versions installed here."""
+    import importlib.metadata as md
+
+    from packaging.requirements import Requirement
+
+    manifest = json.loads((carry / "manifest.json").read_text())
+    met, unmet = [], []
+    for name, reqs in manifest.get("image_requirements", {}).items():
+        try:
+            have = md.version(name)
+        except md.PackageNotFoundError:
+            have = None
+        for text in reqs:
+            req = Requirement(text.split(" (", 1)[0])
+            line = f"{text}: {name} {have or 'missing'}"
+            (met if have is not None and req.specifier.contains(have, prereleases=True) else unmet).append(line)
+    return {"checked": len(met) + len(unmet), "unmet": unmet}
+
+
+def summarize(result: dict[str, Any]) -> None:
+    """What ran, what failed, seconds per step, peak memory and the rewritten config, over every architecture."""
+    ran, failed, stopped = [], {}, {}
+    for arch, data in result["models"].items():
+        for step in data.get("steps", []):
+            if step["ok"]:
+                ran.append(f"{arch}: {step['name']}")
+            elif "stopped" not in step:
+                failed[f"{arch}: {step['name']}"] = step.get("error")
+        if data.get("stopped_at"):
+            stopped[arch] = data["stopped_at"]
+        if data.get("child_error"):
+            failed[f"{arch}: process"] = data["child_error"]
+    result.update(ran=ran, failed=failed, stopped=stopped)
+    result["substitutions"] = sorted({f"{s['cell']}: {s['old']} -> {s['new']} ({s['why']})"
+                                      for d in result["models"].values() for s in d.get("substitutions", [])})
+    result["seconds_per_step"] = {a: d.get("notebook_03", {}).get("train", {}).get("seconds_per_step")
+                                  for a, d in result["models"].items()}
+    result["peak_gpu_memory_gib"] = {a: max([p["allocated_gib"] for k in ("notebook_03", "notebook_03_resume",
+                                                                          "notebook_04")
+                                             if (p := d.get(k, {}).get("peak_gpu_memory"))] or [None],
+                                            key=lambda v: -1 if v is None else v)
+                                     for a, d in result["models"].items()}
+    result["rewritten_config"] = {a: d.get("notebook_03", {}).get("config") for a, d in result["models"].items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["store"]:
+        return store(argv[1:])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or ROOT / "runs" / "gpu-check"),
+                        help="folder for gpu_check.json (default $OUT, else runs/gpu-check)")
+    parser.add_argument("--work", type=Path, default=None,
+                        help="scratch folder for models and runs (default: a temporary folder)")
+    parser.add_argument("--models", default=",".join(ARCHITECTURES), help="architectures, in order: qwen2,gemma3")
+    parser.add_argument("--minutes", type=float, default=DEFAULT_MINUTES, help="the whole run ends inside this")
+    parser.add_argument("--native", action="store_true", help="the GPU as it is (no T4 capability, no memory cap)")
+    parser.add_argument("--install", action="store_true", help="install the carried wheels first (the lent machine)")
+    parser.add_argument("--serial", action="store_true",
+                        help="one architecture after the other (default: side by side, each with its own memory cap)")
+    parser.add_argument("--carry", type=Path, default=CARRY, help=f"the carried folder (default {CARRY})")
+    parser.add_argument("--tokenizer", type=Path, default=None,
+                        help="tokenizer folder (default: CARRY/tokenizer, else the bundled model's)")
+    parser.add_argument("--rehearse", type=Path, default=None,
+                        help="a Python file of CPU stand-ins (tests/gpu_check_cpu.py): run every cell on a CPU, to "
+                             "check the check itself, not the GPU path (use with --native)")
+    parser.add_argument("--sizes", default=None,
+                        help="profile sizes over the check's own, as JSON (a rehearsal's: '{\"num_generations\": 2}')")
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--child-json", type=Path, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--deadline", type=float, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    for key, value in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+                       "UNSLOTH_DISABLE_STATISTICS": "1", "TOKENIZERS_PARALLELISM": "false",
+                       "PYTHONWARNINGS": "ignore"}.items():
+        os.environ.setdefault(key, value)
+    if args.tokenizer is None:
+        args.tokenizer = args.carry / "tokenizer"
+        if not (args.tokenizer / "tokenizer.json").is_file():
+            sys.path.insert(0, str(ROOT))
+            from helpers.models import bundled_model_path
+            args.tokenizer = bundled_model_path(build=False)
+    if args.child:
+        sys.path.insert(0, str(ROOT))
+        return child(args.child, args.work, args.child_json, args.deadline, args.native, args.tokenizer,
+                     args.rehearse, json.loads(args.sizes) if args.sizes else None)
+
+    start = time.time()
+    deadline = start + args.minutes * 60
+    out = args.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    work = (args.work or Path(tempfile.mkdtemp(prefix="gpu-check-"))).resolve()
+    result: dict[str, Any] = {"check": "tools/gpu_check.py", "issue": 36,
+                              "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine(),
+                              "command": "python3 tools/gpu_check.py " + " ".join(argv),
+                              "t4_like": None if args.native else {"capability": list(T4_CAPABILITY),
+                                                                   "memory_cap_gib": T4_MEMORY_BYTES / 1024**3},
+                              "rehearsal": str(args.rehearse) if args.rehearse else None, "models": {}}
+    env = dict(os.environ)
+    paths = [str(ROOT)]
+    if args.install:
+        site = work / "site"
+        try:
+            result["install"] = install(args.carry, site)
+        except Exception as exc:  # noqa: BLE001 - recorded; the check still says what it can
+            result["install"] = {"error": f"{type(exc).__name__}: {exc}"[:3000]}
+        paths.insert(0, str(site))
+        sys.path[:0] = [str(site)]
+        import importlib
+        importlib.invalidate_caches()
+    env["PYTHONPATH"] = os.pathsep.join(paths + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    result["versions"] = versions()
+    if (args.carry / "manifest.json").is_file():
+        try:
+            result["image_requirements"] = image_requirements(args.carry)
+        except Exception as exc:  # noqa: BLE001
+            result["image_requirements"] = {"error": f"{type(exc).__name__}: {exc}"}
+    path = out / "gpu_check.json"
+    archs = [a.strip() for a in args.models.split(",") if a.strip()]
+    result["children"] = "one after the other" if args.serial else "side by side (timings overlap)"
+    running: dict[str, tuple[subprocess.Popen, Path, float]] = {}
+
+    def launch(arch: str) -> None:
+        child_json = work / f"{arch}.json"
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--child", arch, "--work", str(work / arch),
+               "--child-json", str(child_json), "--deadline", str(deadline - 5), "--tokenizer", str(args.tokenizer),
+               "--carry", str(args.carry)] + (["--native"] if args.native else []) + (
+            ["--rehearse", str(args.rehearse.resolve())] if args.rehearse else []) + (
+            ["--sizes", args.sizes] if args.sizes else [])
+        running[arch] = (subprocess.Popen(cmd, env=env, start_new_session=True), child_json, time.time())
+
+    def collect(arch: str) -> None:
+        proc, child_json, started = running.pop(arch)
+        try:
+            code = proc.wait(timeout=max(1.0, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGUSR1)  # its threads' stacks to stderr: where it hung
+            time.sleep(2)
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            code = None
+        data = json.loads(child_json.read_text()) if child_json.is_file() else {}
+        data.update(exit_code=code, seconds=round(time.time() - started, 1))
+        if code is None:
+            data["stopped_at"] = data.get("stopped_at") or (
+                f"killed at the deadline, in {data.get('running')} (its stacks are in the output)")
+        elif code not in (0, 1, 2):
+            data["child_error"] = f"exit status {code} (a crash: see the output above)"
+        result["models"][arch] = data
+        summarize(result)
+        result["seconds"] = round(time.time() - start, 1)
+        path.write_text(json.dumps(result, indent=1, default=str) + "\n")
+
+    for arch in archs:
+        if deadline - time.time() < 60:
+            result["models"][arch] = {"stopped_at": "not started: out of time"}
+            continue
+        launch(arch)
+        if args.serial:
+            collect(arch)
+    for arch in list(running):
+        collect(arch)
+    summarize(result)
+    result["seconds"] = round(time.time() - start, 1)
+    path.write_text(json.dumps(result, indent=1, default=str) + "\n")
+    print(f"\nwrote {path} ({result['seconds']} s)")
+    print(f"ran {len(result['ran'])} steps; failed: {json.dumps(result['failed'], indent=1) if result['failed'] else 'none'}")
+    for arch, where in result["stopped"].items():
+        print(f"{arch} stopped at {where}")
+    print("seconds per step:", result["seconds_per_step"], "peak GPU GiB:", result["peak_gpu_memory_gib"])
+    if result["machine"]["gpu"] is None and all("gpu_memory_cap" in (d.get("stopped_at") or "")
+                                                 for d in result["models"].values()):
+        return 2
+    return 1 if result["failed"] or result["stopped"] else 0
+
+
+REQUIRED = ("date", "machine", "versions", "models", "ran", "failed", "seconds_per_step", "peak_gpu_memory_gib",
+            "rewritten_config")
+
+
+def store(argv: list[str]) -> int:
+    """``store FILE [--dest PATH]``: check a result from the lent machine and keep it as bench/measured/gpu_check.json."""
+    parser = argparse.ArgumentParser(prog="gpu_check.py store", description=store.__doc__)
+    parser.add_argument("file", type=Path)
+    parser.add_argument("--dest", type=Path, default=STORED)
+    args = parser.parse_args(argv)
+    data = json.loads(args.file.read_text())
+    missing = [k for k in REQUIRED if k not in data]
+    if missing:
+        print(f"error: {args.file} lacks {missing}: it is not a tools/gpu_check.py result", file=sys.stderr)
+        return 1
+    if not data["machine"].get("gpu"):
+        print(f"error: {args.file} ran on no GPU ({data['machine']}): only a GPU run is stored", file=sys.stderr)
+        return 1
+    args.dest.parent.mkdir(parents=True, exist_ok=True)
+    args.dest.write_text(json.dumps(data, indent=1, default=str) + "\n")
+    print(f"stored {args.dest}: {data['machine']['gpu']}, {data['date']}, {len(data['ran'])} steps ran, "
+          f"{len(data['failed'])} failed")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
