@@ -1,10 +1,16 @@
-"""Notebook 06's save point: TRL 1.13's GRPO loss in plain torch (trl/trainer/grpo_trainer.py:3113-3384)."""
+"""Notebook 06's save point: TRL 1.13's GRPO loss in plain torch (trl/trainer/grpo_trainer.py:3113-3383).
+
+Example:
+    >>> s = LossSettings(loss_type="bnpo")
+    >>> float(aggregate(torch.tensor([[1.0, 3.0]]), torch.ones(1, 2), s))
+    2.0
+"""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
-from typing import Any
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable
 
 import torch
 
@@ -12,11 +18,35 @@ import torch
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo")
 #: The loss types built on PPO's clipped surrogate (trl/trainer/grpo_trainer.py:3205).
 CLIPPED = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")
+#: How far a hand loss's LoRA gradient may be from TRL's, as ``relative_gap`` measures it: float32 rounding of
+#: an equivalent formulation (``log_softmax().gather()``: ~3e-5 of the largest entry) passes, a real bug does not.
+GRAD_RTOL = 1e-4
+#: How far a hand loss's value (or a logged metric) may be from TRL's: ``LOSS_ATOL + VALUE_RTOL * |TRL's|``. The
+#: same formulation lands exactly on it in float32; ``log_softmax().gather()`` moves cispo's loss by ~7e-6 of it.
+LOSS_ATOL = 1e-6
+VALUE_RTOL = 1e-4
+
+#: ``GRPOConfig`` options that change ``_compute_loss`` and that this module does not model: (field, value that
+#: leaves the loss alone, what it does, TRL's line). :meth:`LossSettings.from_config` refuses any other value.
+UNMODELLED = (
+    ("top_entropy_quantile", 1.0, "masks all but the highest-entropy tokens", "3142-3145, 3236-3237"),
+    ("off_policy_mask_threshold", None, "drops off-policy sequences with negative advantages", "3161-3174, 3233-3234"),
+    ("entropy_coef", 0.0, "adds an entropy bonus", "3282-3338"),
+    ("use_adaptive_entropy", False, "adds an adaptive entropy bonus", "3282-3338"),
+    ("use_liger_kernel", False, "replaces the loss with Liger's fused kernel", "3031-3034"),
+)
+
+
+class UnmodelledOption(ValueError):
+    """A ``GRPOConfig`` sets an option the hand loss does not compute: its loss would not be TRL's."""
 
 
 @dataclass(frozen=True)
 class LossSettings:
-    """The ``GRPOConfig`` values the loss reads, and the trainer's ``current_gradient_accumulation_steps``."""
+    """The ``GRPOConfig`` values the loss reads, and the trainer's ``current_gradient_accumulation_steps``.
+
+    ``vllm_is_correction`` is ``use_vllm and vllm_importance_sampling_correction``: the per-token loss is then
+    multiplied by the batch's ``importance_sampling_ratio`` (trl/trainer/grpo_trainer.py:3239-3240)."""
 
     loss_type: str = "dapo"
     importance_sampling_level: str = "token"
@@ -33,8 +63,10 @@ class LossSettings:
     vespo_lambda_pos: float = 3.0
     vespo_k_neg: float = 3.0
     vespo_lambda_neg: float = 2.0
+    vllm_is_correction: bool = False
     grad_accum: int = 1
     steps_per_generation: int = 1
+    num_processes: int = 1
 
     def __post_init__(self) -> None:
         if self.loss_type not in LOSS_TYPES:
@@ -45,16 +77,26 @@ class LossSettings:
 
     @classmethod
     def from_config(cls, config: Any, grad_accum: int | None = None) -> "LossSettings":
-        """A ``GRPOConfig``'s settings, epsilons as ``GRPOTrainer.__init__`` sets them (grpo_trainer.py:937-938)."""
+        """A ``GRPOConfig``'s settings, epsilons as ``GRPOTrainer.__init__`` sets them (grpo_trainer.py:937-938).
+
+        Raises :class:`UnmodelledOption`, naming the option, for a config whose loss this module does not compute
+        (:data:`UNMODELLED`)."""
+        for name, default, what, lines in UNMODELLED:
+            if getattr(config, name, default) != default:
+                raise UnmodelledOption(
+                    f"{name}={getattr(config, name)!r}: TRL's loss then {what} (grpo_trainer.py:{lines}), which "
+                    f"helpers.grpo_loss does not model. Set {name}={default!r} to compare with it, or add it "
+                    "to the hand loss first.")
         named = {f.name: getattr(config, f.name) for f in fields(cls) if hasattr(config, f.name)}
         named.update(epsilon_low=config.epsilon,
                      epsilon_high=config.epsilon if config.epsilon_high is None else config.epsilon_high,
+                     vllm_is_correction=bool(config.use_vllm and config.vllm_importance_sampling_correction),
                      grad_accum=config.gradient_accumulation_steps if grad_accum is None else grad_accum)
         return cls(**named)
 
 
 def completion_logps(model: Any, batch: dict[str, torch.Tensor], temperature: float = 1.0) -> torch.Tensor:
-    """log pi of each completion token, ``(B, C)``, at sampling temperature (trl/trainer/grpo_trainer.py:1538-1545)."""
+    """log pi of each completion token, ``(B, C)``, at sampling temperature (trl/trainer/grpo_trainer.py:1523-1545)."""
     width = batch["completion_ids"].size(1)
     logits = model(input_ids=torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1),
                    attention_mask=torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1),
@@ -87,8 +129,21 @@ def k3_kl(logps: torch.Tensor, ref_logps: torch.Tensor) -> torch.Tensor:
     return torch.exp(d) - d - 1
 
 
+def vespo_weight(log_ratio: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, s: LossSettings,
+                 is_ratio: torch.Tensor | None = None) -> torch.Tensor:
+    """VESPO's gamma weight of the sequence ratio, ``(B, 1)``, no gradient (trl/trainer/grpo_trainer.py:3063-3111)."""
+    with torch.no_grad():
+        log_w = (torch.clamp(log_ratio, -20.0, 20.0) * mask).sum(-1, keepdim=True)  # a sum of log-ratios, not a mean
+        if is_ratio is not None:  # vLLM's correction enters the weight itself
+            log_w = log_w + torch.clamp(torch.log(is_ratio), math.log(1e-8), 20.0).sum(-1, keepdim=True)
+        log_w = torch.clamp(log_w, math.log(1e-8), 20.0)
+        k = torch.where(advantages >= 0, s.vespo_k_pos, s.vespo_k_neg)
+        lam = torch.where(advantages >= 0, s.vespo_lambda_pos, s.vespo_lambda_neg).clamp(min=1e-4)
+        return torch.exp(lam + k * log_w - lam * torch.exp(log_w)).nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)
+
+
 def policy_term(ratio: torch.Tensor, advantages: torch.Tensor, logps: torch.Tensor, log_ratio: torch.Tensor,
-                mask: torch.Tensor, s: LossSettings) -> torch.Tensor:
+                mask: torch.Tensor, s: LossSettings, is_ratio: torch.Tensor | None = None) -> torch.Tensor:
     """The per-token policy loss of ``s.loss_type`` (trl/trainer/grpo_trainer.py:3202-3231)."""
     if s.loss_type in CLIPPED:
         return clipped_surrogate(ratio, advantages, s.epsilon_low, s.epsilon_high, s.delta)
@@ -97,22 +152,20 @@ def policy_term(ratio: torch.Tensor, advantages: torch.Tensor, logps: torch.Tens
     if s.loss_type == "sapo":  # a sigmoid gate instead of a hard clip
         tau = torch.where(advantages > 0, s.sapo_temperature_pos, s.sapo_temperature_neg)
         return -torch.sigmoid(tau * (ratio - 1)) * 4 / tau * advantages
-    with torch.no_grad():  # vespo: a gamma weight of the sequence ratio (sum of log-ratios), 3063-3111
-        log_w = torch.clamp((torch.clamp(log_ratio, -20.0, 20.0) * mask).sum(-1, keepdim=True), math.log(1e-8), 20.0)
-        k = torch.where(advantages >= 0, s.vespo_k_pos, s.vespo_k_neg)
-        lam = torch.where(advantages >= 0, s.vespo_lambda_pos, s.vespo_lambda_neg).clamp(min=1e-4)
-        phi = torch.exp(lam + k * log_w - lam * torch.exp(log_w)).nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)
-    return -phi * advantages * logps
+    return -vespo_weight(log_ratio, advantages, mask, s, is_ratio) * advantages * logps
 
 
 def aggregate(per_token: torch.Tensor, mask: torch.Tensor, s: LossSettings,
               num_items_in_batch: torch.Tensor | float | None = None) -> torch.Tensor:
-    """The ``(B, C)`` token losses reduced per ``s.loss_type`` (trl/trainer/grpo_trainer.py:3246-3277, 1145-1148)."""
+    """The ``(B, C)`` token losses reduced per ``s.loss_type`` (trl/trainer/grpo_trainer.py:3245-3277).
+
+    Every type but dapo, cispo and vespo is divided by ``grad_accum``: TRL scales for gradient accumulation
+    itself and switches transformers' scaling off (``compute_loss_func``, grpo_trainer.py:962-967)."""
     x, t = per_token * mask, s.loss_type  # a (B, 1) sequence-level term broadcasts to every token here
     if t in ("dapo", "cispo", "vespo"):
         if num_items_in_batch is None:
             raise ValueError(f"loss_type={t!r} needs num_items_in_batch: the captured batch's own entry.")
-        items = torch.as_tensor(num_items_in_batch, dtype=x.dtype).clamp(min=1.0)
+        items = torch.as_tensor(num_items_in_batch, dtype=x.dtype).clamp(min=1.0) / s.num_processes
         return x.sum() / (items * s.grad_accum / s.steps_per_generation)
     if t in ("grpo", "sapo"):
         loss = (x.sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
@@ -125,20 +178,29 @@ def aggregate(per_token: torch.Tensor, mask: torch.Tensor, s: LossSettings,
     return loss / s.grad_accum
 
 
-def grpo_loss(model: Any, batch: dict[str, Any], s: LossSettings) -> tuple[torch.Tensor, torch.Tensor, dict]:
-    """GRPOTrainer's loss on a captured batch, by hand: ``(loss, ratio, metrics TRL logs)`` (3360-3376)."""
+def grpo_loss(model: Any, batch: dict[str, Any], s: LossSettings,
+              policy: Callable[..., torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor, dict]:
+    """GRPOTrainer's loss on a captured batch, by hand: ``(loss, ratio, metrics TRL logs)`` (3113-3383).
+
+    ``policy`` replaces :func:`policy_term` (same arguments): notebook 06's exercises plug their own in."""
+    if "tool_mask" in batch:
+        raise ValueError("this batch has a tool_mask (a multi-turn run): helpers.grpo_loss does not model it.")
     mask = batch["completion_mask"].float()
     adv = batch["advantages"].unsqueeze(1) if batch["advantages"].dim() == 1 else batch["advantages"]
     old = batch.get("old_per_token_logps")
+    is_ratio = batch.get("importance_sampling_ratio")
     logps = completion_logps(model, batch, s.temperature)
     ratio = importance_ratio(logps, old, mask, s.importance_sampling_level)
-    per_token = policy_term(ratio, adv, logps, logps - (logps.detach() if old is None else old), mask, s)
+    log_ratio = logps - (logps.detach() if old is None else old)
+    per_token = (policy or policy_term)(ratio, adv, logps, log_ratio, mask, s, is_ratio)
+    if s.vllm_is_correction and s.loss_type != "vespo":  # after the clip, before the KL term (3239-3240)
+        per_token = per_token * is_ratio
     metrics = {}
     if s.beta != 0.0:
         kl = k3_kl(logps, batch["ref_per_token_logps"]) * (ratio if s.use_bias_correction_kl else 1.0)
         per_token = per_token + s.beta * kl
         metrics["kl"] = (kl.mean() if kl.size(1) == 1 else (kl * mask).sum() / mask.sum()).item()
-    if s.loss_type in CLIPPED:  # TRL tests the ratio after the delta cap
+    if s.loss_type in CLIPPED:  # TRL tests the ratio after the delta cap; the vLLM ratio never enters (3365-3376)
         r = ratio if s.delta is None else torch.clamp(ratio, max=s.delta)
         low, high = (r < 1 - s.epsilon_low) & (adv < 0), (r > 1 + s.epsilon_high) & (adv > 0)
         for name, hit in (("low", low), ("high", high), ("region", low | high)):
@@ -148,9 +210,34 @@ def grpo_loss(model: Any, batch: dict[str, Any], s: LossSettings) -> tuple[torch
     return aggregate(per_token, mask, s, batch.get("num_items_in_batch")), ratio, metrics
 
 
+def close(ours: float, theirs: float) -> bool:
+    """Whether a value (a loss, a metric) is TRL's within ``LOSS_ATOL + VALUE_RTOL * |theirs|``.
+
+    Example:
+        >>> close(0.5000004, 0.5), close(0.51, 0.5)
+        (True, False)
+    """
+    return abs(ours - theirs) <= LOSS_ATOL + VALUE_RTOL * abs(theirs)
+
+
+def relative_gap(ours: dict[str, torch.Tensor], theirs: dict[str, torch.Tensor]) -> float:
+    """||ours - theirs|| / ||theirs|| over every tensor together (e.g. two LoRA gradients); 0.0 when equal.
+
+    Example:
+        >>> relative_gap({"w": torch.tensor([3.0, 4.0])}, {"w": torch.tensor([3.0, 4.0])})
+        0.0
+        >>> relative_gap({"w": torch.tensor([3.0, 4.5])}, {"w": torch.tensor([3.0, 4.0])})
+        0.1
+    """
+    diff = math.sqrt(sum(float((ours[k] - theirs[k]).double().pow(2).sum()) for k in theirs))
+    size = math.sqrt(sum(float(theirs[k].double().pow(2).sum()) for k in theirs))
+    return diff / size if size > 0 else diff
+
+
 @dataclass
 class Captured:
-    """One training micro-step: its batch, loss, trainable (LoRA) weights, ``grad_accum`` and logged metrics."""
+    """One training micro-step: its batch, loss, trainable (LoRA) weights, ``grad_accum`` and logged metrics;
+    ``rewards`` (per reward function) and ``advantages`` of its whole generation batch, in generation order."""
 
     step: int
     batch: dict[str, Any]
@@ -158,6 +245,8 @@ class Captured:
     weights: dict[str, torch.Tensor]
     grad_accum: int
     metrics: dict[str, float]
+    rewards: dict[str, list[float]] = field(default_factory=dict)
+    advantages: list[float] = field(default_factory=list)
 
 
 def load_weights(model: Any, weights: dict[str, torch.Tensor]) -> None:
@@ -172,4 +261,3 @@ def lora_grads(model: Any) -> dict[str, torch.Tensor]:
            for n, p in model.named_parameters() if p.requires_grad}
     model.zero_grad(set_to_none=True)
     return out
-
