@@ -101,3 +101,21 @@ def test_every_fold_has_a_summary_that_says_what_is_inside(path):
              if cell["cell_type"] == "markdown"
              for summary in fold_summaries("".join(cell["source"])) if (problem := vague_summary(summary))]
     assert not vague, f"{path.name}: a <summary> is the line a reader sees folded:\n" + "\n".join(vague)
+
+
+README_TARGET = 1500  #: the README is a page (issue 34): what, two commands, the tables, the figure, links
+
+
+def test_the_readme_is_a_page_and_its_links_to_docs_exist():
+    from pathlib import Path
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+    text = (root / "README.md").read_text()
+    words = count_words(visible_text(text))
+    assert words <= README_TARGET, (f"README.md shows {words} words ({minutes(words):.1f} min), over its "
+                                    f"{README_TARGET}: move detail into docs/ and link it")
+    links = re.findall(r"\]\((docs/[^)#]+)", text)
+    assert {"docs/measured.md", "docs/scaling-out.md", "docs/tests.md", "docs/your-own-task.md",
+            "docs/colab-and-vllm.md", "docs/instructor.md"} <= set(links)
+    assert all((root / link).is_file() for link in links), [link for link in links if not (root / link).is_file()]

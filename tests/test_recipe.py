@@ -45,7 +45,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SMOKE = get_profile("cpu-smoke")
 A100 = (8, 0)
 BIN = Path(sys.executable).parent
-#: Where the README and notebook 04 say the run folder is; the tests put their own folder there.
+SCALING = ROOT / "docs" / "scaling-out.md"  #: the README's scaling-out page
+#: Where the docs and notebook 04 say the run folder is; the tests put their own folder there.
 DOC_RUN = "runs/my-run"
 TRL_CONFIGS_LINE = 'TRL_CONFIGS=$(python -c "import trl, os; print(os.path.dirname(trl.__file__))")/accelerate_configs'
 
@@ -243,11 +244,10 @@ def test_the_json_task_recipe_names_the_orders_rewards_and_trl_reads_it(tmp_path
 
 
 def doc_commands() -> dict[str, list[str]]:
-    """Command lines in the bash blocks of the README's scaling section and notebook 04's."""
+    """Command lines in the bash blocks of docs/scaling-out.md (what the README links for scaling out) and notebook 04's."""
     import nbformat
 
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## Scaling out: the recipe as TRL's own config", 1)[1].split("\n## ", 1)[0]
+    section = SCALING.read_text()
     nb = nbformat.read(ROOT / "notebooks" / "04_merge_and_inference.ipynb", as_version=4)
     cells = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown" and "trl grpo --config" in c.source)
     out = {}
@@ -462,8 +462,7 @@ def test_the_same_recipe_runs_on_two_cpu_processes(warm_recipe, tmp_path):
 
 def test_readme_quotes_what_two_processes_cost_as_measured():
     measured = json.loads((ROOT / "bench" / "measured" / "cpu_processes.json").read_text())
-    section = (ROOT / "README.md").read_text().split("## Scaling out: the recipe as TRL's own config", 1)[1]
-    section = section.split("\n## ", 1)[0]
+    section = SCALING.read_text()
     sides = [measured[k] for k in ("processes_1", "processes_1_one_thread", "processes_2")]
     for side in sides:
         row = f"| {side['threads_per_process']} | {side['median_step_s']:.1f} s | {side['completions_per_s']:.2f} |"
