@@ -1,4 +1,10 @@
-"""What the model wrote during training, read from TRL's ``log_completions`` parquet files (one per step)."""
+"""What the model wrote during training, read from TRL's ``log_completions`` parquet files (one per step).
+
+A tool-calling run's completion is a conversation: TRL's ``completion`` column holds it decoded as one text (the
+tools' replies included, the turn tokens dropped), and a reward may log the messages themselves with TRL's
+``log_extra`` (``helpers.tasks.tool_arithmetic.tool_answer_reward`` logs them as the column ``turns``). Where that
+column is present, :func:`render_step` shows each completion turn by turn (:func:`turns_html`).
+"""
 
 from __future__ import annotations
 
@@ -78,10 +84,74 @@ def render_step(df: Any, step: int | None = None, max_completions: int = 8) -> s
             blocks.append(
                 "<div style='border:1px solid #ccc;border-radius:4px;padding:4px 6px;margin:3px 0'>"
                 f"<small>total <b>{_num(row['reward'])}</b> &middot; advantage {_num(row['advantage'])} &middot; "
-                f"{scores}</small><pre style='white-space:pre-wrap;margin:2px 0'>"
-                f"{html.escape(str(row['completion']))}</pre></div>")
+                f"{scores}</small>{_completion_html(row)}</div>")
     return "<div>" + "".join(blocks) + "</div>"
 
 
 def _num(value: Any) -> str:
     return "&ndash;" if value is None or value != value else f"{float(value):.2f}"  # None or NaN: a dash
+
+
+def _completion_html(row: Any) -> str:
+    messages = turns_of(row) if "turns" in row.index else None
+    if messages is not None:
+        return turns_html(messages)
+    return f"<pre style='white-space:pre-wrap;margin:2px 0'>{html.escape(str(row['completion']))}</pre>"
+
+
+def turns_of(row: Any) -> list[dict] | None:
+    """The messages of a logged completion from its ``turns`` column (JSON text), or ``None`` when not logged."""
+    try:
+        value = row["turns"]
+        messages = json.loads(value) if isinstance(value, str) else None
+    except (KeyError, TypeError, ValueError):
+        return None
+    return [m for m in messages if isinstance(m, dict)] if isinstance(messages, list) else None
+
+
+def _call_text(call: Any) -> str:
+    function = call.get("function", call) if isinstance(call, dict) else {}
+    arguments = function.get("arguments")
+    args = ", ".join(f"{k}={json.dumps(v)}" for k, v in arguments.items()) if isinstance(arguments, dict) else (
+        "" if arguments is None else json.dumps(arguments))
+    return f"{function.get('name')}({args})"
+
+
+def format_turns(messages: Any) -> str:
+    """A rollout's messages as text, one line a turn: the model's calls and answers, the tools' replies.
+
+    Example:
+        >>> print(format_turns([{"role": "assistant", "content": "", "tool_calls": [{"type": "function",
+        ...     "function": {"name": "calculator", "arguments": {"expression": "2 * 3"}}}]},
+        ...     {"role": "tool", "name": "calculator", "content": "6"}, {"role": "assistant", "content": "6"}]))
+        model  calls calculator(expression="2 * 3")
+        tool   6   (its reply: the loss masks it)
+        model  6
+    """
+    lines = []
+    for message in messages or []:
+        role, content = message.get("role"), str(message.get("content") or "").strip()
+        if role == "tool":
+            lines.append(f"tool   {content}   (its reply: the loss masks it)")
+            continue
+        if content:
+            lines.append("model  " + content.replace("\n", "\n       "))
+        lines += [f"model  calls {_call_text(call)}" for call in message.get("tool_calls") or []]
+    return "\n".join(lines)
+
+
+def turns_html(messages: Any) -> str:
+    """Static HTML of a rollout, turn by turn: the model's calls and answers, the tools' replies shaded (masked)."""
+    blocks = []
+    for message in messages or []:
+        role, content = message.get("role"), str(message.get("content") or "")
+        if role == "tool":
+            blocks.append("<div style='background:#eee;color:#555;padding:1px 6px;margin:1px 0'><small>tool reply "
+                          f"(masked from the loss)</small><pre style='white-space:pre-wrap;margin:0'>"
+                          f"{html.escape(content)}</pre></div>")
+            continue
+        parts = ([f"<pre style='white-space:pre-wrap;margin:0'>{html.escape(content)}</pre>"] if content.strip()
+                 else []) + [f"<pre style='white-space:pre-wrap;margin:0'>&#x1F527; {html.escape(_call_text(c))}</pre>"
+                             for c in message.get("tool_calls") or []]
+        blocks.append("<div style='padding:1px 6px;margin:1px 0'><small>model</small>" + "".join(parts) + "</div>")
+    return "<div style='margin:2px 0'>" + "".join(blocks) + "</div>"

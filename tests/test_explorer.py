@@ -5,7 +5,8 @@ import json
 import pandas as pd
 import pytest
 
-from helpers.explorer import early_vs_late, load_completions, render_step, reward_columns, step_summary
+from helpers.explorer import (early_vs_late, format_turns, load_completions, render_step, reward_columns, step_summary,
+                              turns_html, turns_of)
 
 PROMPT = "system\nRespond in the following format: ...\nuser\nWhat is {q}?\nassistant\n<reasoning>\n"
 REWARDS = ["correctness_reward", "prefilled_strict_format_reward"]
@@ -127,3 +128,48 @@ def test_a_real_tiny_grpo_run_is_read_as_trl_wrote_and_logged_it(tmp_path):
         assert group["advantage"].tolist() == pytest.approx(expected.tolist(), abs=1e-4)
     assert step_summary(df)["step"].tolist() == [1, 2]
     assert "Step 2: 2 completions" in render_step(df)
+
+
+# --------------------------------------------------------------------------- tool-calling runs (notebook 07)
+
+CALL = {"type": "function", "function": {"name": "calculator", "arguments": {"expression": "347 * 58"}}}
+TURNS = [{"role": "assistant", "content": "", "tool_calls": [CALL]},
+         {"role": "tool", "name": "calculator", "content": "20126"},
+         {"role": "assistant", "content": "20126"}]
+
+
+def test_format_turns_shows_the_call_the_reply_and_the_answer():
+    assert format_turns(TURNS).splitlines() == [
+        'model  calls calculator(expression="347 * 58")',
+        "tool   20126   (its reply: the loss masks it)",
+        "model  20126"]
+    assert format_turns([{"role": "assistant", "content": "a\nb"}]) == "model  a\n       b"
+    assert format_turns([]) == "" and format_turns(None) == ""
+
+
+@pytest.fixture()
+def tool_run(tmp_path):
+    """A tool run's log as TRL writes it: the decoded completion, the reward, the `turns` and `answer` the
+    course's tool reward logs with log_extra, the advantage."""
+    folder = tmp_path / "grpo" / "completions"
+    folder.mkdir(parents=True)
+    decoded = '<tool_call>\n{"name": "calculator", ...}\n</tool_call>\ntool\n20126\nassistant\n20126'
+    pd.DataFrame({"step": [1, 1], "prompt": ["system\n...\nuser\nWhat is 347 * 58?\nassistant\n"] * 2,
+                  "completion": [decoded, "19986"], "tool_answer_reward": [1.0, 0.0],
+                  "turns": [json.dumps(TURNS), json.dumps([{"role": "assistant", "content": "19986"}])],
+                  "answer": ["20126", "20126"], "advantage": [0.7, -0.7]}
+                 ).to_parquet(folder / "completions_00001.parquet")
+    return tmp_path
+
+
+def test_render_step_shows_a_tool_runs_completions_turn_by_turn(tool_run):
+    df = load_completions(tool_run / "grpo")
+    assert df.attrs["rewards"] == ["tool_answer_reward"]
+    assert turns_of(df.iloc[0]) == TURNS and turns_of(pd.Series({"turns": "not json"})) is None
+    page = render_step(df, step=1)
+    assert "calculator(expression=&quot;347 * 58&quot;)" in page and "tool reply (masked from the loss)" in page
+    assert page.index("calculator(expression") < page.index("19986")  # the right rollout first
+    assert "&lt;tool_call&gt;" not in page  # the turns replace the decoded text
+    assert turns_html(TURNS).count("<small>model</small>") == 2
+    # a log without the column is shown as before
+    assert "&lt;tool_call&gt;" in render_step(df.drop(columns=["turns"]), step=1)

@@ -16,7 +16,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ..rewards import RewardFunc
 
-BUILTIN = {"arithmetic": "helpers.tasks.arithmetic:ArithmeticTask", "json": "helpers.tasks.orders:OrdersTask"}
+BUILTIN = {"arithmetic": "helpers.tasks.arithmetic:ArithmeticTask", "json": "helpers.tasks.orders:OrdersTask",
+           "tools": "helpers.tasks.tool_arithmetic:ToolArithmeticTask"}
 
 
 class Task:

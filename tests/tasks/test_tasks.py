@@ -62,7 +62,8 @@ TOY = "tests.tasks.test_tasks:ToyTask"
 
 
 def test_the_builtin_tasks_by_name():
-    assert BUILTIN == {"arithmetic": "helpers.tasks.arithmetic:ArithmeticTask", "json": "helpers.tasks.orders:OrdersTask"}
+    assert BUILTIN == {"arithmetic": "helpers.tasks.arithmetic:ArithmeticTask", "json": "helpers.tasks.orders:OrdersTask",
+                       "tools": "helpers.tasks.tool_arithmetic:ToolArithmeticTask"}
     assert isinstance(get_task("arithmetic"), ArithmeticTask) and isinstance(get_task("json"), OrdersTask)
     assert get_task("helpers.tasks.orders:OrdersTask").name == "json"  # a builtin by its path, too
 
@@ -80,7 +81,7 @@ def test_a_module_level_instance_is_used_as_it_is(monkeypatch):
 
 
 @pytest.mark.parametrize("key, error, message", [
-    ("poetry", ValueError, r"Unknown task 'poetry': use one of \['arithmetic', 'json'\], or 'module:TaskClass'"),
+    ("poetry", ValueError, r"Unknown task 'poetry': use one of \['arithmetic', 'json', 'tools'\], or 'module:TaskClass'"),
     ("no_such_module_xyz:Task", ValueError, r"could not be imported \(No module named 'no_such_module_xyz'\)"
                                             r".*beside the notebook, or on PYTHONPATH"),
     ("tests.tasks.test_tasks:NoSuchTask", ValueError, "could not be imported .*NoSuchTask"),
