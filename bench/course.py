@@ -7,8 +7,8 @@ each into a fresh run folder with the network cut off from the Hub
 (HF_HUB_OFFLINE), and `make test`, and prints one JSON object: the seconds each
 took, each notebook's minutes (what the profiles' `minutes` record), the
 held-out evaluation of the run, the median GRPO step of notebook 03 (how fast
-the machine was in that run), the machine's core count and whether each
-succeeded. Progress goes to stderr. Not a test: it never gates CI.
+the machine was in that run), the runs the notebooks left in the run folder's
+trackio project, the machine's core count and whether each succeeded. Progress goes to stderr. Not a test: it never gates CI.
 """
 
 from __future__ import annotations
@@ -49,7 +49,19 @@ def timed(cmd: list[str], env: dict[str, str]) -> dict:
     logs = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()] if metrics.is_file() else []
     if steps := [r["step_time"] for r in logs if r.get("step_time")]:
         out["median_step_seconds"] = round(statistics.median_high(steps), 1)
+    if (run / "trackio").is_dir():  # the notebooks' runs, tracked in the run folder (helpers.tracking)
+        out["trackio_runs"] = trackio_runs(run / "trackio")
     return out
+
+
+def trackio_runs(folder: Path, project: str = "grpo-course") -> list[str]:
+    """The run names of a trackio folder's project, read by trackio itself in a fresh Python (it reads TRACKIO_DIR
+    once, at import)."""
+    code = ("import json, sys; from trackio.sqlite_storage import SQLiteStorage; "
+            "print(json.dumps(SQLiteStorage.get_runs(sys.argv[1])))")
+    proc = subprocess.run([PY, "-c", code, project], capture_output=True, text=True,
+                          env=dict(os.environ, TRACKIO_DIR=str(folder)))
+    return json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 and proc.stdout.strip() else []
 
 
 def main() -> int:

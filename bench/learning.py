@@ -2,25 +2,28 @@
 
     python bench/learning.py [--task arithmetic|json|module:Class] [--profile cpu-demo] [--eval-rows 200]
                              [--passk-prompts 50] [--passk-n 8] [--threads N] [--precision auto|fp32|bf16]
-                             [--set key=value ...]
+                             [--skip-base] [--set key=value ...]
 
 Trains the bundled model with notebook 03's recipe through its save point (``helpers.training``: the
-task's format-only warm-up on an easier level, then ``GRPOTrainer``) and evaluates the SAME held-out
-rows (greedy, the profile's completion length, the prompts rendered as in training) three times: the
-base model, after the warm-up and after GRPO, with the task's own metrics. Then pass@k: ``--passk-n``
-samples (temperature 1) for each of the first ``--passk-prompts`` held-out rows, on each side, with the
-unbiased estimator (``helpers.evaluation.pass_at_k``). Prints ONE JSON object:
+task's format-only warm-up on an easier level, then ``GRPOTrainer``, watched as notebook 03 watches it: a
+held-out slice scored every few steps, the named warnings, trackio in the run folder) and evaluates the SAME
+held-out rows (greedy, the profile's completion length, the prompts rendered as in training) three times: the
+base model (unless ``--skip-base``: it scores 0% on both tasks), after the warm-up and after GRPO, with the
+task's own metrics. Then pass@k: ``--passk-n`` samples (temperature 1) for each of the first ``--passk-prompts``
+held-out rows, on each side, with the unbiased estimator (``helpers.evaluation.pass_at_k``). Prints ONE JSON
+object:
 
-    {"task", "headline", "format_metric", "before": {...}, "after_warmup": {...} | null, "after": {...},
+    {"task", "headline", "format_metric", "before": {...} | null, "after_warmup": {...} | null, "after": {...},
      "grpo_gain": after - after_warmup on the headline metric, "pass_at_k": {side: {k: value}},
-     "train_seconds", "steps", "seconds_per_step", "recipe": {...}, "machine": {...}}
+     "train_seconds", "steps", "seconds_per_step", "heldout_curve": [[step, headline, format], ...],
+     "heldout_seconds", "warnings", "selection", "history": [per-step logs], "recipe": {...}, "machine": {...}}
 
 The profile's time budget (6 minutes, at most 20 steps on cpu-demo; the JSON task 15, in groups of 4) covers the
-warm-up and GRPO; the evaluations are not counted. Progress goes to stderr. Not a test: it never gates CI.
-``--set`` overrides profile fields; ``--precision`` overrides what ``helpers.training.precision`` picks for this machine (where
-``helpers.machine.cpu_bf16`` measures bf16 faster: the frozen base in bf16, LoRA in float32, bf16 autocast; float32
-elsewhere), to compare the two on one recipe.
-The evaluations run on the model as trained (a bf16 base where picked; notebook 04 evaluates in float32).
+warm-up and GRPO, the held-out slice scored while training included; the final evaluations are not counted.
+Progress goes to stderr. Not a test: it never gates CI. ``--set`` overrides profile fields; ``--precision``
+overrides what ``helpers.training.precision`` picks (float32 on every CPU): ``bf16`` loads the frozen base in
+bf16, keeps LoRA in float32 and trains under bf16 autocast, to compare the two on one recipe.
+The evaluations run on the model as trained (a bf16 base where asked; notebook 04 evaluates in float32).
 """
 
 from __future__ import annotations
@@ -43,6 +46,16 @@ def _value(text: str):
         return text
 
 
+HISTORY_KEYS = ("step", "reward", "reward_std", "frac_reward_zero_std", "entropy", "completions/mean_length",
+                "completions/clipped_ratio", "clip_ratio/region_mean", "loss", "step_time")
+
+
+def compact_history(logs: list[dict]) -> list[dict]:
+    """The per-step logs the warnings read (helpers.watch.diagnose), rounded: TRL's keys, held-out ``eval_*`` too."""
+    keep = lambda k: k in HISTORY_KEYS or k.startswith("eval_") or (k.startswith("rewards/") and k.endswith("/mean"))  # noqa: E731
+    return [{k: round(v, 4) if isinstance(v, float) else v for k, v in row.items() if keep(k)} for row in logs]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--task", default="arithmetic")
@@ -55,6 +68,7 @@ def main() -> int:
                     help="auto: helpers.training.precision's choice for this machine")
     ap.add_argument("--run", default=None, help="run folder (default: a fresh temporary one)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--skip-base", action="store_true", help="do not evaluate the base model (it scores 0%% here)")
     args = ap.parse_args()
 
     import torch
@@ -101,8 +115,9 @@ def main() -> int:
             f"({time.time() - t:.0f} s); e.g. {res['rows'][0]['completion']!r}")
         return time.time() - t
 
-    with model.disable_adapter():
-        measure("before")
+    if not args.skip_base:
+        with model.disable_adapter():
+            measure("before")
     start = time.time()
     warm, paused = None, 0.0
     with contextlib.redirect_stdout(sys.stderr):  # keep stdout for the one JSON object
@@ -121,15 +136,20 @@ def main() -> int:
         return round(sum(vals) / len(vals), 4) if vals else None
 
     steps = out["summary"]["global_step"]
-    baseline = results.get("after_warmup") or results["before"]
+    baseline = results.get("after_warmup") or results.get("before") or {task.headline: 0.0}
     print(json.dumps({
         "task": profile.task, "headline": task.headline, "format_metric": task.format_metric,
-        "before": results["before"], "after_warmup": results.get("after_warmup"), "after": results["after"],
+        "before": results.get("before"), "after_warmup": results.get("after_warmup"), "after": results["after"],
         "grpo_gain": round(results["after"][task.headline] - baseline[task.headline], 4),
         "pass_at_k": passk, "pass_at_k_setup": {"prompts": len(sample), "n": args.passk_n, "temperature": 1.0},
         "train_seconds": round(train_seconds, 1), "warmup_seconds": warm and warm["seconds"], "steps": steps,
         "seconds_per_step": round((train_seconds - (warm["seconds"] if warm else 0)) / max(1, steps), 2),
         "stopped_by_time_budget": out["summary"]["stopped_by_time_budget"],
+        "heldout_seconds": out["summary"]["heldout_seconds"],
+        "heldout_curve": [[step, m.get(task.headline), m.get(task.format_metric)] for step, m in out["heldout"]],
+        "heldout_rows": profile.watch_prompts, "warnings": out["summary"]["warnings"],
+        "selection": out["summary"]["selection"],
+        "history": compact_history(logs),
         "reward_first_fifth": avg(logs[:fifth], "reward"), "reward_last_fifth": avg(logs[-fifth:], "reward"),
         "frac_reward_zero_std_first_fifth": avg(logs[:fifth], "frac_reward_zero_std"),
         "frac_reward_zero_std_last_fifth": avg(logs[-fifth:], "frac_reward_zero_std"),
@@ -137,7 +157,8 @@ def main() -> int:
             "task_level", "warmup_level", "warmup_examples", "warmup_epochs", "warmup_learning_rate",
             "num_generations", "per_device_train_batch_size", "max_completion_length", "learning_rate", "lora_rank",
             "beta", "loss_type", "scale_rewards", "temperature", "mask_truncated_completions", "epsilon_high",
-            "max_steps", "time_budget_minutes", "seed", "gradient_checkpointing")}
+            "max_steps", "time_budget_minutes", "seed", "gradient_checkpointing", "lora_alpha", "max_grad_norm",
+            "select_prompts", "select_samples", "select_mode", "lr_scheduler_type")}
         | {"prefill": task.prefill, "rewards": [[f.__name__, w] for f, w in task.rewards_for(profile.task_level)],
            "eval": {"n": len(held_out), "decoding": "greedy", "max_new_tokens": profile.max_completion_length}},
         "precision": {"asked": args.precision, **training.precision(profile, None)},

@@ -1,18 +1,22 @@
-"""bf16 against float32 on one recipe, over several seeds: is the difference bigger than the seeds' own spread?
+"""One recipe over several seeds, in one or both precisions: how far apart do its runs land, and is bf16 worse?
 
     python bench/learning_seeds.py [--seeds 3407 1 2] [--precisions bf16 fp32] [--steps 74] [--task arithmetic]
-                                   [--set KEY=VALUE ...] [--out DIR]
+                                   [--set KEY=VALUE ...] [--eval-rows 200] [--threads N] [--out DIR]
 
 Runs ``bench/learning.py`` once per (precision, seed), each for exactly ``--steps`` GRPO steps (no time budget, so
 both precisions train the same number of steps whatever their speed; pass@k off; ``--set`` goes to every run), and
 keeps each run's JSON in ``--out`` (a run whose JSON is there already is not repeated: an interrupted sweep resumes).
 Prints ONE JSON object:
 
-    {"task", "steps", "seeds", "set", "runs": [{"precision", "seed", "after_warmup", "after", "grpo_gain", "format",
-     "seconds_per_step"}], "by_precision": {p: {metric: {"mean", "min", "max"}}},
-     "paired": {metric: [bf16 - fp32 for each seed]}}
+    {"task", "steps", "seeds", "set", "eval_rows", "threads", "command", "runs": [{"precision", "seed",
+     "after_warmup", "after", "grpo_gain", "format", "seconds_per_step", "train_seconds", "heldout_seconds",
+     "eval_rows", "loadavg_1min", "heldout_curve", "heldout_rows", "warnings", "history"}],
+     "by_precision": {p: {metric: {"mean", "min", "max"}}}, "paired": {metric: [bf16 - fp32 for each seed]}}
 
-Not a test: it never gates CI. Each run takes 12-17 minutes on the project's 2-core machine.
+Each run's ``history`` is its per-step log (TRL's metrics and the held-out slice, ``helpers.watch`` reads it) and
+``heldout_curve`` the held-out slice's accuracy by step. The base model is not evaluated (``--skip-base``).
+Not a test: it never gates CI. A 20-step run takes 5-6 minutes on the project's 2-core machine when it is quiet,
+two to four times that when other work shares it (each run records its load average).
 """
 
 from __future__ import annotations
@@ -33,7 +37,11 @@ def summary(run: dict) -> dict:
     head, fmt = run["headline"], run["format_metric"]
     return {"after_warmup": run["after_warmup"][head] if run["after_warmup"] else None, "after": run["after"][head],
             "grpo_gain": run["grpo_gain"], "format": run["after"][fmt], "steps": run["steps"],
-            "seconds_per_step": run["seconds_per_step"]}
+            "seconds_per_step": run["seconds_per_step"], "train_seconds": run.get("train_seconds"),
+            "heldout_seconds": run.get("heldout_seconds"), "eval_rows": run["after"].get("n_prompts"),
+            "loadavg_1min": [run["machine"].get("loadavg_1min_start"), run["machine"].get("loadavg_1min_end")],
+            "heldout_curve": run.get("heldout_curve"), "heldout_rows": run.get("heldout_rows"),
+            "warnings": run.get("warnings"), "history": run.get("history")}
 
 
 def main() -> int:
@@ -44,6 +52,8 @@ def main() -> int:
     ap.add_argument("--task", default="arithmetic")
     ap.add_argument("--out", type=Path, default=Path("runs") / "learning_seeds")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a profile field for every run")
+    ap.add_argument("--eval-rows", type=int, default=200, help="held-out rows of the final evaluations")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads of every run (default: all cores)")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     runs = []
@@ -53,7 +63,10 @@ def main() -> int:
             if not path.is_file() or not path.read_text().strip():
                 print(f"[learning_seeds] {p}, seed {seed} -> {path}", file=sys.stderr, flush=True)
                 done = subprocess.run([sys.executable, str(HERE / "learning.py"), "--task", args.task,
-                                       "--precision", p, "--passk-prompts", "0", "--set", f"max_steps={args.steps}",
+                                       "--precision", p, "--passk-prompts", "0", "--skip-base",
+                                       "--eval-rows", str(args.eval_rows),
+                                       *(["--threads", str(args.threads)] if args.threads else []),
+                                       "--set", f"max_steps={args.steps}",
                                        "--set", "time_budget_minutes=None", "--set", f"seed={seed}",
                                        *(x for kv in args.set for x in ("--set", kv))],
                                       stdout=subprocess.PIPE, text=True)
@@ -70,7 +83,9 @@ def main() -> int:
         of = {(r["precision"], r["seed"]): r for r in runs}
         paired = {m: [round(of["bf16", s][m] - of["fp32", s][m], 4) for s in args.seeds] for m in METRICS
                   if all(of[p, s][m] is not None for p in ("bf16", "fp32") for s in args.seeds)}
-    print(json.dumps({"task": args.task, "steps": args.steps, "seeds": args.seeds, "set": args.set, "runs": runs,
+    print(json.dumps({"task": args.task, "steps": args.steps, "seeds": args.seeds, "set": args.set,
+                      "eval_rows": args.eval_rows, "threads": args.threads,
+                      "command": " ".join(["python bench/learning_seeds.py", *sys.argv[1:]]), "runs": runs,
                       "by_precision": by_precision, "paired": paired}, indent=1))
     return 0
 

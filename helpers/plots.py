@@ -20,15 +20,21 @@ def smooth(values: Sequence[float], window: int = 5) -> list[float]:
     return pd.Series(list(values), dtype=float).rolling(window, min_periods=1).mean().tolist()
 
 
-def dashboard_figure(records: Sequence[dict[str, Any]], window: int = 5) -> Any:
-    """Four panels of TRL's per-step logs (rewards, spread in groups, length, KL or loss), raw thin, smoothed thick."""
-    fig, ((reward_ax, signal_ax), (length_ax, last_ax)) = _figure((11, 6.5), 2, 2)
+def dashboard_figure(records: Sequence[dict[str, Any]], window: int = 5, warnings: Sequence[Any] = ()) -> Any:
+    """Six panels of TRL's per-step logs, raw thin and smoothed thick: rewards, spread in groups, entropy, length,
+    held-out accuracy (``eval_*``, :class:`helpers.callbacks.HeldOutCallback`) and KL or loss; ``warnings`` (named
+    in the title)."""
+    fig, axes = _figure((13, 6.5), 2, 3)
+    (reward_ax, signal_ax, entropy_ax), (length_ax, heldout_ax, last_ax) = axes
 
-    def line(ax: Any, key: str, label: str, color: str | None = None) -> bool:
+    def line(ax: Any, key: str, label: str, color: str | None = None, smoothed: bool = True) -> bool:
         pts = [(int(r["step"]), float(r[key])) for r in records if r.get(key) is not None and "step" in r]
         if not pts:
             return False
         xs, ys = zip(*pts)
+        if not smoothed:  # a few evaluations: points joined, nothing to average
+            ax.plot(xs, ys, marker="o", lw=2, color=color, label=label)
+            return True
         (raw,) = ax.plot(xs, ys, alpha=0.3, lw=1, color=color)
         ax.plot(xs, smooth(list(ys), window), lw=2, color=raw.get_color(), label=label)
         return True
@@ -42,9 +48,16 @@ def dashboard_figure(records: Sequence[dict[str, Any]], window: int = 5) -> Any:
     line(signal_ax, "frac_reward_zero_std", "groups with equal rewards")
     signal_ax.set_title("Signal: reward spread inside groups")
     signal_ax.set_ylim(bottom=0)
+    line(entropy_ax, "entropy", "entropy (nats per token)", "tab:purple")
+    entropy_ax.set_title("Entropy: how unsure the policy still is")
+    entropy_ax.set_ylim(bottom=0)
     line(length_ax, "completions/mean_length", "mean length (tokens)")
     line(length_ax, "completions/clipped_ratio", "clipped ratio (0..1)", "tab:red")
     length_ax.set_title("Completion length")
+    for key in dict.fromkeys(k for r in records for k in r if k.startswith("eval_") and k != "eval_mean_length"):
+        line(heldout_ax, key, key[len("eval_"):].replace("_", " "), smoothed=False)
+    heldout_ax.set_title("Held-out slice (greedy)")
+    heldout_ax.set_ylim(-0.02, 1.02)
     if line(last_ax, "kl", "KL to the reference"):
         last_ax.set_title("KL (beta > 0)")
     else:
@@ -55,6 +68,9 @@ def dashboard_figure(records: Sequence[dict[str, Any]], window: int = 5) -> Any:
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
+    if warnings:
+        fig.suptitle("WARNING: " + ", ".join(f"{w.name} (step {w.step})" for w in warnings), color="#c44e52",
+                     fontsize=11)
     return fig
 
 
@@ -148,3 +164,35 @@ def show_figure(fig: Any, path: str | Path | None = None) -> None:
         display(Image(png))
     except ImportError:  # plain Python: nothing to display on
         pass
+
+
+def learning_curves_figure(runs: dict[str, dict[str, Any]], extra: dict[str, Sequence[Sequence[float]]] | None = None,
+                           title: str = "Held-out accuracy while GRPO trains", note: str = "") -> Any:
+    """Held-out accuracy against GRPO step, one line per run: ``runs[label] = {"start", "end", "steps", "curve"}``,
+    the start (after the warm-up) and end (after GRPO) on the full held-out set as diamonds at step 0 and
+    ``steps``, the ``curve`` (``[[step, value], ...]``, a smaller slice scored while training) between them;
+    ``extra``: other curves (``[[step, value, ...], ...]``, another task's), dashed; ``note`` under the axis.
+
+    Example:
+        >>> fig = learning_curves_figure({"seed 1": {"start": 0.3, "end": 0.8, "steps": 20, "curve": [[10, 0.5]]}})
+        >>> [[int(x) for x in line.get_xdata()] for line in fig.axes[0].lines]
+        [[0, 10, 20], [0, 20]]
+    """
+    from matplotlib.ticker import MaxNLocator, PercentFormatter
+    fig, ax = _figure((9.5, 4.6))
+    colours = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#17becf", "#7f7f7f"]
+    for i, (label, run) in enumerate(runs.items()):
+        colour, steps = colours[i % len(colours)], run["steps"]
+        middle = [(s, v) for s, v in run.get("curve") or [] if 0 < s < steps]
+        pts = [(0, run["start"])] + sorted(middle) + [(steps, run["end"])]
+        ax.plot([x for x, _ in pts], [y for _, y in pts], lw=1.8, color=colour, marker="o", ms=4, label=label)
+        ax.plot([0, steps], [run["start"], run["end"]], ls="none", marker="D", ms=7, color=colour)
+    for label, curve in (extra or {}).items():
+        ax.plot([c[0] for c in curve], [c[1] for c in curve], lw=2, ls="--", color="#d62728", marker="s",
+                label=label)
+    ax.set(xlabel="GRPO step" + (f"\n{note}" if note else ""), ylabel="held-out accuracy", ylim=(0, 1), title=title)
+    ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True, steps=[1, 2, 5, 10]))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    return fig

@@ -41,9 +41,14 @@ def runs_root() -> Path:
 
 
 def run_dir(profile_name: str | None = None) -> Path:
-    """The current run folder, created: ``COURSE_RUN_DIR``, else ``runs/lab-<profile>``."""
+    """The current run folder, created: ``COURSE_RUN_DIR``, else ``runs/lab-<profile>``.
+
+    It also holds the runs' trackio project: trackio, imported later, writes to ``RUN/trackio``
+    (:func:`helpers.tracking.point_trackio`; a ``TRACKIO_DIR`` of your own wins)."""
+    from .tracking import point_trackio
     path = _env_path("COURSE_RUN_DIR") or runs_root() / f"lab-{profile_name or detect_profile()[0]}"
     path.mkdir(parents=True, exist_ok=True)
+    point_trackio(path)
     return path
 
 

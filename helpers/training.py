@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from .callbacks import DashboardCallback, RunLogCallback, TimeBudgetCallback
+from .callbacks import DashboardCallback, HeldOutCallback, RunLogCallback, TimeBudgetCallback, WatchCallback
+from .curriculum import select_for_profile
 from .data import ensure_prepared
 from .machine import cpu_bf16, gpu_capability, installed, native_bf16
 from .models import import_unsloth, load_model, prepare_tokenizer
@@ -25,6 +26,8 @@ from .profiles import Profile, get_model_spec
 from .prompts import supports_system_role, build_prompt
 from .runs import read_json, write_json
 from .tasks import get_task
+from .tracking import tracker_last, tracking_kwargs, use_trackio
+from .watch import watch_every
 
 GRPO_DIR, ADAPTER_DIR, WARMUP_ADAPTER_DIR = "grpo", "adapter", "warmup-adapter"
 
@@ -50,16 +53,19 @@ def explain_config_error(error: Exception) -> str:
 
 
 def precision(profile: Profile, capability: tuple[int, int] | None) -> dict[str, bool]:
-    """``{"bf16", "fp16"}``: bf16 where native (CPU, GPU from 8.0), else fp16 on a GPU unless it overflows (Gemma 3).
+    """``{"bf16", "fp16"}``: float32 on every CPU; on a GPU bf16 from compute capability 8.0, else fp16 unless the
+    model overflows in it (Gemma 3).
+
+    A CPU trains in float32 even where bf16 multiplies faster (AMX): bf16 is not shown to learn as well there
+    (``bench/measured/learning_seeds.json``: three seeds ended 48.5% to 76% in bf16, 69.5% to 71.5% in float32).
+    :func:`check_config` still accepts bf16 where ``helpers.machine.cpu_bf16`` measures it faster.
 
     Example:
         >>> from helpers.profiles import get_profile
         >>> precision(get_profile("colab-t4"), (7, 5)), precision(get_profile("colab-t4", model="gemma3-1b"), (7, 5))
         ({'bf16': False, 'fp16': True}, {'bf16': False, 'fp16': False})
     """
-    if profile.backend != "unsloth":
-        return {"bf16": cpu_bf16(), "fp16": False}
-    if capability is None:
+    if profile.backend != "unsloth" or capability is None:
         return {"bf16": False, "fp16": False}
     if native_bf16(capability):
         return {"bf16": True, "fp16": False}
@@ -128,13 +134,14 @@ def grpo_kwargs(profile: Profile, run: str | Path, capability: tuple[int, int] |
         gradient_accumulation_steps=profile.gradient_accumulation_steps,
         max_completion_length=profile.max_completion_length, temperature=profile.temperature,
         chat_template_kwargs=get_model_spec(profile.model).chat_template_kwargs or None,
-        learning_rate=profile.learning_rate, lr_scheduler_type="constant", warmup_steps=0, optim=profile.optim,
-        weight_decay=profile.weight_decay, max_grad_norm=profile.max_grad_norm, beta=profile.beta,
+        learning_rate=profile.learning_rate, lr_scheduler_type=profile.lr_scheduler_type, warmup_steps=0,
+        optim=profile.optim, weight_decay=profile.weight_decay, max_grad_norm=profile.max_grad_norm, beta=profile.beta,
         loss_type=profile.loss_type, scale_rewards=profile.scale_rewards, num_iterations=profile.num_iterations,
         epsilon_high=profile.epsilon_high, mask_truncated_completions=profile.mask_truncated_completions,
         reward_weights=[w for _, w in rewards], max_steps=profile.max_steps, logging_steps=1,
         save_steps=profile.save_steps, save_total_limit=2, log_completions=True, num_completions_to_print=0,
-        report_to="none", disable_tqdm=True, seed=profile.seed, use_cpu=profile.backend != "unsloth",
+        **tracking_kwargs(run, profile.task, profile.loss_type, profile.seed, Path(run) / GRPO_DIR),
+        disable_tqdm=True, seed=profile.seed, use_cpu=profile.backend != "unsloth",
         gradient_checkpointing=profile.gradient_checkpointing, use_vllm=profile.use_vllm, vllm_mode="colocate",
         vllm_gpu_memory_utilization=profile.gpu_memory_utilization,
         **precision(profile, capability))
@@ -205,12 +212,19 @@ def last_checkpoint(run: str | Path) -> str | None:
 def train_grpo(profile: Profile, run: str | Path, model: Any = None, tokenizer: Any = None, resume: bool = True,
                warmup: bool | None = None, budget_start: float | None = None, live: bool | None = False,
                callbacks: Sequence[Any] = ()) -> dict:
-    """Notebook 03 in one call: warm-up unless resuming, GRPO, adapter saved; the budget starts at ``budget_start``."""
+    """Notebook 03 in one call: warm-up unless resuming, GRPO, adapter saved; the budget starts at ``budget_start``.
+
+    Watched as notebook 03 watches it: held-out accuracy every few steps (:class:`helpers.callbacks.HeldOutCallback`),
+    the named warnings (:class:`helpers.callbacks.WatchCallback`), and trackio in ``RUN/trackio`` where it runs
+    (:func:`helpers.tracking.use_trackio` says why not elsewhere)."""
+    tracking = use_trackio(run)  # before TRL imports trackio: its folder is read once, at import
+    if not tracking.on:
+        print(tracking)
     import_unsloth(profile)  # first: Unsloth rewrites TRL's trainer and config when imported
     from transformers import PrinterCallback
     from trl import GRPOTrainer
     start, run = budget_start or time.time(), Path(run)
-    if model is None:  # on a CPU where bf16 is faster, the frozen base in bf16 (notebook 03's loading cell)
+    if model is None:  # notebook 03's loading cell: float32 on a CPU
         model, tokenizer = load_model(profile, bf16=precision(profile, None)["bf16"])
     rewards = get_task(profile.task).rewards_for(profile.task_level)
     config = grpo_config(profile, run)
@@ -218,19 +232,43 @@ def train_grpo(profile: Profile, run: str | Path, model: Any = None, tokenizer: 
     warm_up = (profile.warmup_examples > 0 if warmup is None else warmup) and checkpoint is None
     warm = run_warmup(model, tokenizer, profile, run) if warm_up else None
     dataset = ensure_prepared(profile, run, tokenizer=tokenizer, verbose=False)
-    course = [DashboardCallback(run, live=live), RunLogCallback(run), *callbacks]
+    train_rows, selection = dataset["train"], None
+    if profile.select_prompts and checkpoint is None:  # a resumed run keeps its data order from the checkpoint
+        train_rows, selection = select_for_profile(model, tokenizer, train_rows, profile)
+        config.shuffle_dataset = profile.select_mode == "filter"
+    heldout, headline = held_out_callback(profile, tokenizer, dataset["eval"]), get_task(profile.task).headline
+    watch = WatchCallback(config.mask_truncated_completions, headline)
+    course = [*([heldout] if heldout else []), watch, DashboardCallback(run, live=live, headline=headline),
+              RunLogCallback(run), *callbacks]
     budget = TimeBudgetCallback(profile.time_budget_minutes, start=start) if profile.time_budget_minutes else None
     trainer = GRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=[f for f, _ in rewards], args=config,
-                          train_dataset=dataset["train"], callbacks=course + ([budget] if budget else []))
+                          train_dataset=train_rows, callbacks=course + ([budget] if budget else []))
     trainer.remove_callback(PrinterCallback)
+    tracker_last(trainer)  # after the held-out callback, so trackio logs its numbers
     trainer.train(resume_from_checkpoint=checkpoint)
     trainer.save_model(str(run / ADAPTER_DIR))
     tokenizer.save_pretrained(str(run / ADAPTER_DIR))
     summary = {"global_step": trainer.state.global_step, "resumed_from": checkpoint, "warmup": warm,
                "stopped_by_time_budget": bool(budget and budget.stopped_at_step is not None),
-               "seconds": round(time.time() - start, 1)}
+               "seconds": round(time.time() - start, 1), "heldout_seconds": round(heldout.seconds, 1) if heldout else 0,
+               "warnings": [str(w) for w in watch.raised], "tracking": str(tracking), "selection": selection}
     write_train_config(run, profile, config, rewards, summary=summary)
-    return {"trainer": trainer, "model": model, "tokenizer": tokenizer, "summary": summary}
+    return {"trainer": trainer, "model": model, "tokenizer": tokenizer, "summary": summary,
+            "heldout": heldout.points if heldout else [], "warnings": watch.raised}
+
+
+def held_out_callback(profile: Profile, tokenizer: Any, rows: Any, at_start: bool = False) -> HeldOutCallback | None:
+    """The held-out slice scored while training: the first ``profile.watch_prompts`` rows, ``watch_evals`` times.
+
+    Greedy, the profile's completion length (:func:`helpers.evaluation.eval_settings`); ``at_start``: once more
+    before the first step (one more evaluation's time); None when ``watch_prompts`` is 0."""
+    from .evaluation import eval_settings
+    n = min(profile.watch_prompts, rows.num_rows)
+    if n <= 0:
+        return None
+    return HeldOutCallback(tokenizer, rows.select(range(n)), get_task(profile.task),
+                           watch_every(profile.max_steps, profile.watch_evals), eval_settings(profile),
+                           chat_template_kwargs=get_model_spec(profile.model).chat_template_kwargs, at_start=at_start)
 
 
 def write_train_config(run: str | Path, profile: Profile, config: Any, rewards: list, **extra: Any) -> Path:

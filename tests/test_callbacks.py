@@ -1,4 +1,5 @@
-"""helpers.callbacks: the time budget, metrics.jsonl across a resume, the dashboard (no model needed)."""
+"""helpers.callbacks: the time budget, metrics.jsonl across a resume, the dashboard, the held-out slice and the
+warnings while training (no model needed: a stand-in evaluation)."""
 
 import json
 from types import SimpleNamespace
@@ -7,7 +8,8 @@ import pytest
 from transformers import TrainerControl, TrainerState
 
 from helpers import callbacks
-from helpers.callbacks import DashboardCallback, RunLogCallback, TimeBudgetCallback, step_logs
+from helpers.callbacks import (DashboardCallback, HeldOutCallback, RunLogCallback, TimeBudgetCallback,
+                               WatchCallback, step_logs)
 
 ARGS = SimpleNamespace()
 
@@ -140,7 +142,7 @@ def test_dashboard_headless_prints_one_line_per_step_and_saves_a_png(tmp_path):
     cb.on_log(ARGS, _state(3, max_steps=3, history=history), TrainerControl(), logs={"loss": 0.2})
     assert len(lines) == 3
     assert lines[1].split() == ["step", "2/3", "reward", "0.200", "std", "0.300", "zero-std", "0.25",
-                                "length", "18.0"]
+                                "length", "18.0", "entropy", "-"]
     cb.on_train_end(ARGS, _state(3, max_steps=3, history=history), TrainerControl())
     png = tmp_path / "figures" / "dashboard.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -158,7 +160,7 @@ def test_dashboard_live_redraws_every_n_steps_and_at_the_end(tmp_path, monkeypat
     lines = []
     cb = DashboardCallback(tmp_path, every=2, live=True, print_fn=lines.append)
     draws = []
-    monkeypatch.setattr(cb, "_draw", lambda state: draws.append(state.global_step))
+    monkeypatch.setattr(cb, "_draw", lambda state, args=None: draws.append(state.global_step))
     history = []
     for step in range(1, 6):
         history.append(_log(step))
@@ -193,3 +195,78 @@ def test_dashboard_live_shows_one_figure_and_updates_it_in_place(tmp_path, monke
         history.append(_log(step))
         cb.on_log(ARGS, _state(step, history=history), TrainerControl(), logs=history[-1])
     assert len(shown) == 1 and shown[0][1] is True and len(updates) == 2
+
+
+def test_dashboard_line_shows_entropy_and_the_held_out_accuracy_when_scored(tmp_path):
+    lines = []
+    cb = DashboardCallback(tmp_path, live=False, print_fn=lines.append, headline="exact_match")
+    logs = dict(_log(4), entropy=0.4321, eval_exact_match=0.375)
+    cb.on_log(ARGS, _state(4, 8, history=[logs]), TrainerControl(), logs=logs)
+    assert lines[0].endswith("entropy 0.432  held-out exact_match 38%")
+
+
+def test_dashboard_figure_names_the_warnings_the_logs_raise(tmp_path):
+    history = [dict(_log(s), frac_reward_zero_std=1.0) for s in range(1, 6)]
+    fig = DashboardCallback(tmp_path, live=False).figure(_state(5, history=history))
+    assert fig._suptitle.get_text() == "WARNING: no-reward-spread (step 4)"
+    assert DashboardCallback(tmp_path, live=False).figure(_state(2, history=history[:2]))._suptitle is None
+
+
+# --------------------------------------------------------------------------- the watch: held-out slice, warnings
+
+
+class FakeEvaluate:
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, model, tokenizer, rows, task, settings, chat_template_kwargs=None):
+        self.calls += 1
+        return {"summary": {"accuracy": 0.25 * self.calls, "format": 1.0, "n_prompts": 4, "rewards": {}}}
+
+
+def test_heldout_scores_every_few_steps_and_adds_the_numbers_to_that_steps_log():
+    fake = FakeEvaluate()
+    cb = HeldOutCallback(None, rows=[1, 2, 3, 4], task=None, every=4, settings=None, evaluate_fn=fake)
+    args, model = SimpleNamespace(), object()
+    cb.on_train_begin(args, _state(0), TrainerControl(), model=model)
+    assert cb.points == [(0, {"accuracy": 0.25, "format": 1.0})]
+    for step in range(1, 9):
+        control = TrainerControl()
+        cb.on_step_end(args, _state(step), control, model=model)
+        assert control.should_log == (step in (4, 8))
+        logs = {"reward": 1.0}
+        s = _state(step, history=[{**logs, "step": step}])  # Trainer.log appends a copy, then calls on_log
+        cb.on_log(args, s, control, logs=logs)
+        if step in (4, 8):
+            assert logs["eval_accuracy"] == s.log_history[-1]["eval_accuracy"] == (0.5 if step == 4 else 0.75)
+            assert "eval_n_prompts" not in logs
+        else:
+            assert "eval_accuracy" not in logs
+    assert fake.calls == 3 and [p[0] for p in cb.points] == [0, 4, 8]
+
+
+def test_heldout_does_not_touch_trainings_random_stream():
+    import torch
+    fake = FakeEvaluate()
+
+    def reseeding(*a, **kw):
+        torch.manual_seed(0)  # as helpers.generation.generate does
+        return fake(*a, **kw)
+
+    cb = HeldOutCallback(None, rows=[1], task=None, every=1, settings=None, evaluate_fn=reseeding)
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    cb.on_step_end(SimpleNamespace(), _state(1), TrainerControl(), model=object())
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_watch_callback_prints_each_warning_once():
+    printed = []
+    cb = WatchCallback(print_fn=printed.append)
+    rows = [{"step": n, "reward": 0.1, "frac_reward_zero_std": 1.0} for n in range(1, 7)]
+    args = SimpleNamespace(report_to=["none"])
+    for n in range(1, 7):
+        cb.on_log(args, _state(n, history=rows[:n]), TrainerControl(), logs=rows[n - 1])
+    assert len(printed) == 1 and printed[0].startswith("WARNING [no-reward-spread] step 4")
+    assert [w.name for w in cb.raised] == ["no-reward-spread"]

@@ -35,27 +35,48 @@ def test_smooth():
     assert smooth([]) == []
 
 
+TITLES = ["Rewards (mean per step)", "Signal: reward spread inside groups", "Entropy: how unsure the policy still is",
+          "Completion length", "Held-out slice (greedy)", "Loss (not a progress measure in GRPO)"]
+
+
 def test_dashboard_panels_and_lines():
     fig = dashboard_figure(ROWS, window=2)
-    assert [ax.get_title() for ax in fig.axes] == ["Rewards (mean per step)", "Signal: reward spread inside groups",
-                                                   "Completion length", "Loss (not a progress measure in GRPO)"]
+    assert [ax.get_title() for ax in fig.axes] == TITLES
     rewards_ax = fig.axes[0]
     assert _labels(rewards_ax) == ["total (weighted)", "correctness_reward", "fmt_reward"]  # std keys are not lines
     raw, smoothed = rewards_ax.lines[:2]  # each series: the raw values, then the moving average
     assert list(raw.get_xdata()) == [1, 2, 3] and list(smoothed.get_ydata()) == pytest.approx([0.1, 0.15, 0.25])
     assert _labels(fig.axes[1]) == ["reward_std", "groups with equal rewards"] and fig.axes[1].get_ylim()[0] == 0
-    assert _labels(fig.axes[2]) == ["mean length (tokens)", "clipped ratio (0..1)"]
-    assert all(ax.get_xlabel() == "step" for ax in fig.axes)
+    assert _labels(fig.axes[3]) == ["mean length (tokens)", "clipped ratio (0..1)"]
+    assert not fig.axes[2].lines and not fig.axes[4].lines  # no entropy, no held-out scores logged
+    assert all(ax.get_xlabel() == "step" for ax in fig.axes) and fig._suptitle is None
+
+
+def test_dashboard_shows_entropy_and_the_held_out_points():
+    rows = [dict(r, entropy=0.5 / r["step"]) for r in ROWS]
+    rows[1].update(eval_accuracy=0.25, eval_format=1.0, eval_mean_length=20.0)
+    rows[2].update(eval_accuracy=0.5, eval_format=1.0, eval_mean_length=19.0)
+    fig = dashboard_figure(rows, window=2)
+    assert _labels(fig.axes[2]) == ["entropy (nats per token)"]
+    held = fig.axes[4]
+    assert _labels(held) == ["accuracy", "format"]  # rates only: the length has its own panel
+    assert list(held.lines[0].get_xdata()) == [2, 3] and list(held.lines[0].get_ydata()) == [0.25, 0.5]
+
+
+def test_dashboard_names_warnings_in_its_title():
+    from helpers.watch import RunWarning
+    fig = dashboard_figure(ROWS, warnings=[RunWarning("entropy-collapse", 7, "seen", "fix")])
+    assert fig._suptitle.get_text() == "WARNING: entropy-collapse (step 7)"
 
 
 def test_dashboard_shows_kl_when_logged():
     fig = dashboard_figure([dict(r, kl=0.01 * r["step"]) for r in ROWS])
-    assert fig.axes[3].get_title() == "KL (beta > 0)" and _labels(fig.axes[3]) == ["KL to the reference"]
+    assert fig.axes[5].get_title() == "KL (beta > 0)" and _labels(fig.axes[5]) == ["KL to the reference"]
 
 
 def test_dashboard_copes_with_missing_and_null_values():
     fig = dashboard_figure([{"step": 1, "reward": None}, {"step": 2}, {"reward": 1.0}])
-    assert len(fig.axes) == 4 and all(not ax.lines for ax in fig.axes)
+    assert len(fig.axes) == 6 and all(not ax.lines for ax in fig.axes)
     fig = dashboard_figure([{"step": 1, "reward": 0.5}, {"step": 2, "reward": None}, {"step": 3, "reward": 1.5}])
     assert list(fig.axes[0].lines[0].get_xdata()) == [1, 3]
 
@@ -132,3 +153,20 @@ def test_show_figure_displays_a_png_and_saves_it(tmp_path, monkeypatch):
     assert len(shown) == 1 and shown[0].data == out.read_bytes()
     show_figure(token_lengths_figure([1, 2, 3]))  # without a path: only displayed
     assert len(shown) == 2 and list(tmp_path.rglob("*.png")) == [out]
+
+
+def test_learning_curves_mark_the_full_evaluations_and_join_the_slice_between():
+    from helpers.plots import learning_curves_figure
+
+    runs = {"seed 1": {"start": 0.2, "end": 0.6, "steps": 20, "curve": [[15, 0.5], [5, 0.3], [20, 0.55], [0, 0.1]]},
+            "seed 2": {"start": 0.3, "end": 0.5, "steps": 20, "curve": None}}
+    fig = learning_curves_figure(runs, {"JSON task": [[0, 0.3], [10, 0.6]]}, title="t")
+    ax = fig.axes[0]
+    line1, marks1, line2, marks2, json_line = ax.lines
+    # the slice's points inside the run, in step order, between the full evaluations (its own 0 and 20 are dropped)
+    assert [int(x) for x in line1.get_xdata()] == [0, 5, 15, 20] and list(line1.get_ydata()) == [0.2, 0.3, 0.5, 0.6]
+    assert marks1.get_marker() == "D" and list(marks1.get_ydata()) == [0.2, 0.6]
+    assert [int(x) for x in line2.get_xdata()] == [0, 20]  # no slice stored: the two full evaluations
+    assert json_line.get_linestyle() == "--" and list(json_line.get_ydata()) == [0.3, 0.6]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["seed 1", "seed 2", "JSON task"]
+    assert ax.get_title() == "t" and ax.get_ylim() == (0, 1)

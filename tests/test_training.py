@@ -77,17 +77,16 @@ def test_precision_follows_the_backend_the_capability_and_the_model(profile, cap
     assert torch_dtype(profile, capability) == dtype
 
 
-def test_a_cpu_with_fast_bf16_trains_with_bf16_autocast(monkeypatch, tmp_path):
-    """bf16 measured faster (AVX512-BF16 or AMX): bf16 autocast (the weights stay float32); a GPU profile is not
-    affected."""
+def test_a_cpu_trains_in_float32_even_where_bf16_is_faster_but_may_ask_for_it(monkeypatch, tmp_path):
+    """bf16 measured faster (AVX512-BF16 or AMX) is not shown to learn as well: the course picks float32 on every
+    CPU; a learner who asks for bf16 there passes the check, and transformers accepts it with use_cpu."""
     monkeypatch.setattr(training, "cpu_bf16", lambda: True)
-    assert precision(SMOKE, None) == precision(SMOKE, A100) == {"bf16": True, "fp16": False}
-    assert torch_dtype(SMOKE, None) == "float32"
+    assert precision(SMOKE, None) == precision(SMOKE, A100) == {"bf16": False, "fp16": False}
+    assert torch_dtype(SMOKE, None) == "float32" and sft_kwargs(SMOKE, tmp_path)["bf16"] is False
     assert precision(get_profile("colab-t4"), T4) == {"bf16": False, "fp16": True}
     check_config(cfg(bf16=True, max_completion_length=20), SMOKE)
-    config = grpo_config(SMOKE, tmp_path)  # transformers accepts bf16 with use_cpu (training_args.py:1745)
+    config = grpo_config(SMOKE, tmp_path, bf16=True)  # transformers accepts bf16 with use_cpu (training_args.py:1745)
     assert config.bf16 and not config.fp16 and config.use_cpu and config.mixed_precision == "bf16"
-    assert sft_kwargs(SMOKE, tmp_path)["bf16"] is True
 
 
 def test_cpu_profiles_skip_gradient_checkpointing_gpu_profiles_keep_it(tmp_path):
@@ -202,8 +201,18 @@ def test_the_json_task_brings_its_rewards_weights_and_length(tmp_path):
     assert config.reward_weights == [w for _, w in get_task("json").rewards] == [0.5, 0.5, 2.0, 1.0, 1.0]
     assert config.max_completion_length == 40 == JSON_SMOKE.max_completion_length  # the task's CPU setting
     same = {k: v for k, v in grpo_kwargs(SMOKE, tmp_path).items() if k not in ("reward_weights",
-                                                                             "max_completion_length")}
+                                                                             "max_completion_length", "run_name")}
     assert same == {k: v for k, v in grpo_kwargs(JSON_SMOKE, tmp_path).items() if k in same}  # the rest: the profile's
+    assert grpo_kwargs(JSON_SMOKE, tmp_path)["run_name"] == "json-dapo-seed3407"  # trackio tells the tasks apart
+
+
+def test_grpo_kwargs_log_to_trackio_in_the_run_folder(tmp_path, monkeypatch):
+    monkeypatch.delenv("COURSE_TRACKIO", raising=False)
+    kwargs = grpo_kwargs(SMOKE, tmp_path)
+    assert kwargs["report_to"] == "trackio" and kwargs["project"] == "grpo-course"
+    assert kwargs["trackio_static_space_id"] is False  # no Space, ever
+    monkeypatch.setenv("COURSE_TRACKIO", "0")
+    assert grpo_kwargs(SMOKE, tmp_path)["report_to"] == "none"
 
 
 def test_grpo_kwargs_name_every_reward_weight_of_the_level():
@@ -512,7 +521,7 @@ def test_ensure_adapter_trains_the_json_task_by_its_profile_alone(tmp_path, caps
 
 @pytest.mark.slow
 def test_a_bf16_cpu_trains_on_a_bf16_base_with_float32_lora(tmp_path, monkeypatch):
-    """bf16 on a CPU: the frozen base loaded in bf16 (train_grpo asks load_model for it), LoRA in float32, and
+    """bf16 on a CPU, asked for: the frozen base loaded in bf16 (train_grpo asks load_model for it), LoRA in float32, and
     accelerate's autocast around the loss's forward. Sampling, which autocast does not reach (accelerate wraps only
     the top-level ``model.forward``, accelerate/accelerator.py:1825-1835), runs in bf16 too because the base weights
     are bf16 (notebooks 00, 03, 06)."""
@@ -522,7 +531,8 @@ def test_a_bf16_cpu_trains_on_a_bf16_base_with_float32_lora(tmp_path, monkeypatc
 
     from helpers.training import train_grpo
 
-    monkeypatch.setattr(training, "cpu_bf16", lambda: True)  # what precision() picks where bf16 is measured faster
+    monkeypatch.setattr(training, "cpu_bf16", lambda: True)  # bf16 measured faster here: check_config accepts it
+    monkeypatch.setattr(training, "precision", lambda profile, capability: {"bf16": True, "fp16": False})  # asked for
     profile = get_profile("cpu-smoke", max_steps=1, time_budget_minutes=None)
     seen = []  # (grad enabled: training, not sampling; the output dtype) of every call
     real_load = training.load_model

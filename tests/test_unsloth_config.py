@@ -38,7 +38,8 @@ COURSE_REWRITES: dict[str, str] = {}
 
 #: transformers' own normalisation of a value the course passes (TRL's config does it too).
 TRANSFORMERS_NORMALISES: dict[str, tuple[Any, str]] = {
-    "report_to": ([], "'none' becomes [] (transformers/training_args.py:1566-1567)"),
+    "report_to": (["trackio"], "'trackio' becomes ['trackio'] (transformers/training_args.py:1566-1569); "
+                  "'none' (trackio off) becomes []"),
 }
 
 #: Fields the course leaves unset whose value Unsloth's config changes from TRL's: (TRL, Unsloth, why).

@@ -1,7 +1,8 @@
 """Check the course's widgets in real frontends, in headless Chromium, as a learner uses them.
 
-    .venv/bin/python tools/browser_check.py               # both frontends; prints one JSON object
+    .venv/bin/python tools/browser_check.py               # both frontends and trackio; prints one JSON object
     .venv/bin/python tools/browser_check.py --only classic
+    .venv/bin/python tools/browser_check.py --only trackio --trackio-dir runs/<run>/trackio
 
 Two frontends, each serving a small generated notebook (``WIDGET_CELLS`` below) with its own kernel:
 
@@ -14,7 +15,14 @@ Two frontends, each serving a small generated notebook (``WIDGET_CELLS`` below) 
 
 In each, Chromium types the rest of a completion into the reward playground and checks that the scores
 are recomputed, then moves the completions explorer's slider with the keyboard (dragging it if the keys
-do nothing) and checks that the shown step follows. Screenshots before and after each interaction go
+do nothing) and checks that the shown step follows.
+
+A third check, ``trackio``, opens trackio's own dashboard (``trackio.show``, served from the course venv,
+offline) on a project of course runs and checks that it lists every run and draws each run's curve in the
+plots the course watches (``TRACKIO_METRICS``): it reads the plot's canvas for the run's colour. By default
+the project is built in a temporary folder by transformers' ``TrackioCallback`` itself, fed the per-step
+logs of stored real runs (``TRACKIO_DEMO_RUNS``, from bench/measured/); ``--trackio-dir RUN/trackio`` opens a
+real run folder's project instead (``make course`` leaves one in its run folder). Screenshots before and after each interaction go
 to ``.cache/browser-check/``. Needs Debian's ``chromium`` and ``chromium-driver`` (or Chrome and a
 matching chromedriver on PATH). Servers listen on 127.0.0.1 only, on free ports, with no token, and are
 stopped with their kernels and the browser when the check ends, also on failure. Exits 1 if a check
@@ -238,21 +246,30 @@ def jupyter_server(frontend: str, python: str, workdir: Path, timeout: float = 1
                JUPYTERLAB_SETTINGS_DIR=str(workdir / "lab-settings"),
                JUPYTERLAB_WORKSPACES_DIR=str(workdir / "lab-workspaces"),
                HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    with _served(server_command(frontend, python, port, workdir / "notebook"), env, workdir,
+                 f"http://127.0.0.1:{port}", "/api/status", f"the {frontend} server", timeout) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def _served(command: list[str], env: dict[str, str], workdir: Path, url: str, probe: str, name: str,
+            timeout: float) -> Iterator[str]:
+    """Start ``command`` (its output in ``workdir/server.log``), wait until ``url + probe`` answers 200, yield ``url``;
+    stop the process tree afterwards. A server that exits or never answers is a :class:`CheckError` with its log."""
     log = open(workdir / "server.log", "w")  # noqa: SIM115  (closed below)
-    proc = subprocess.Popen(server_command(frontend, python, port, workdir / "notebook"), env=env,
-                            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=workdir)
-    url = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            cwd=workdir)
     try:
         deadline = time.monotonic() + timeout
         while True:
             if proc.poll() is not None:
-                raise CheckError(f"the {frontend} server exited ({proc.returncode}):\n{_tail(workdir / 'server.log')}")
+                raise CheckError(f"{name} exited ({proc.returncode}):\n{_tail(workdir / 'server.log')}")
             with contextlib.suppress(OSError):
-                with urllib.request.urlopen(f"{url}/api/status", timeout=5) as r:
+                with urllib.request.urlopen(f"{url}{probe}", timeout=5) as r:
                     if r.status == 200:
                         break
             if time.monotonic() > deadline:
-                raise CheckError(f"the {frontend} server did not answer in {timeout:.0f}s:\n{_tail(workdir / 'server.log')}")
+                raise CheckError(f"{name} did not answer in {timeout:.0f}s:\n{_tail(workdir / 'server.log')}")
             time.sleep(0.5)
         yield url
     finally:
@@ -433,6 +450,33 @@ def check_frontend(frontend: str, driver: Any, url: str, timeout: float) -> dict
     return result
 
 
+
+def _checked(result: dict, driver: Any, name: str, check: Callable[[], dict]) -> None:
+    """Run one check into ``result``; on a failure keep a screenshot (``SHOTS/<name>-failure.png``) and re-raise."""
+    try:
+        result.update(check())
+    except Exception:
+        with contextlib.suppress(Exception):
+            path = SHOTS / f"{name}-failure.png"
+            driver.save_screenshot(str(path))
+            result.setdefault("screenshots", []).append(str(path.relative_to(ROOT)))
+        raise
+    finally:
+        result["console_errors"] = _console_errors(driver)
+
+
+def _failed(result: dict, exc: Exception, workdir: Path) -> None:
+    """What a check that raised reports: the error, whether it could not run at all, the server's last lines."""
+    result["error"] = f"{type(exc).__name__}: {exc}"[:4000]
+    result["could_not_run"] = isinstance(exc, CheckError)
+    result["server_log_tail"] = _tail(workdir / "server.log", 1500)
+
+
+def _finished(result: dict, t0: float) -> dict:
+    result["ok"] = "error" not in result and all(result.get("checks", {}).values())
+    result["seconds"] = round(time.monotonic() - t0, 1)
+    return result
+
 def _console_errors(driver: Any, limit: int = 20) -> list[str]:
     """The browser console's warnings and errors (the widget managers report failures there)."""
     with contextlib.suppress(Exception):
@@ -451,45 +495,204 @@ def run_frontend(frontend: str, server_python: str, kernel_path: list[Path], tim
         result: dict[str, Any] = {"server_python": server_python}
         try:
             with jupyter_server(frontend, server_python, workdir) as url, chromium() as driver:
-                try:
-                    result.update(check_frontend(frontend, driver, url, timeout))
-                except Exception:
-                    with contextlib.suppress(Exception):
-                        path = SHOTS / f"{frontend}-failure.png"
-                        driver.save_screenshot(str(path))
-                        result.setdefault("screenshots", []).append(str(path.relative_to(ROOT)))
-                    raise
-                finally:
-                    result["console_errors"] = _console_errors(driver)
+                _checked(result, driver, frontend, lambda: check_frontend(frontend, driver, url, timeout))
         except Exception as exc:  # noqa: BLE001  (reported in the JSON, exit code 1 or 2)
-            result["error"] = f"{type(exc).__name__}: {exc}"[:4000]
-            result["could_not_run"] = isinstance(exc, CheckError)
-            result["server_log_tail"] = _tail(workdir / "server.log", 1500)
-    result["ok"] = "error" not in result and all(result.get("checks", {}).values())
-    result["seconds"] = round(time.monotonic() - t0, 1)
-    return result
+            _failed(result, exc, workdir)
+    return _finished(result, t0)
 
+
+# ----------------------------------------------------------------------------------- trackio's dashboard
+
+#: The plots the check looks for each run's curve in (notebook 03's "what to watch").
+TRACKIO_METRICS = ["train/reward", "eval/accuracy", "train/entropy", "train/frac_reward_zero_std",
+                   "train/completions/mean_length"]
+#: Stored real runs whose per-step logs (a "history" list) make the default project: (bench JSON, path to the run).
+TRACKIO_DEMO_RUNS = [("learning_seeds_cpu_demo.json", "runs.seed=3407"), ("learning_seeds_cpu_demo.json", "runs.seed=1"),
+                     ("history_lr1e3.json", "")]
+SERVE = "--serve-trackio"
+
+
+def _pick(data: Any, path: str) -> Any:
+    """``runs.seed=1`` / ``runs.0`` / ``a.b`` into a JSON value (the notebooks' annotation paths)."""
+    for part in filter(None, path.split(".")):
+        if isinstance(data, list):
+            key, _, value = part.partition("=")
+            data = next(x for x in data if str(x.get(key)) == value) if value else data[int(part)]
+        else:
+            data = data[part]
+    return data
+
+
+def demo_runs(measured: Path = ROOT / "bench" / "measured") -> list[dict[str, Any]]:
+    """``[{"name", "history", "config"}]`` of the stored runs of ``TRACKIO_DEMO_RUNS`` (the ones that exist)."""
+    runs = []
+    for file, path in TRACKIO_DEMO_RUNS:
+        with contextlib.suppress(FileNotFoundError, StopIteration, KeyError, IndexError, ValueError):
+            data = json.loads((measured / file).read_text())
+            run = _pick(data, path)
+            recipe = {**data.get("recipe", {}), **run.get("recipe", {})}
+            seed = run.get("seed", recipe.get("seed", 0))
+            name = f"arithmetic-{recipe.get('loss_type', 'dapo')}-seed{seed}" + (
+                f"-lr{recipe['learning_rate']:g}" if "lr" in file else "")  # the course's names (helpers.tracking)
+            if run.get("history"):
+                runs.append({"name": name, "history": run["history"], "source": f"{file} {path}".strip()})
+    return runs
+
+
+def build_project(runs: list[dict[str, Any]], project: str) -> None:
+    """Log each run's per-step history through transformers' own ``TrackioCallback`` (TRACKIO_DIR set by the caller)."""
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+    from transformers.integrations import TrackioCallback
+
+    for run in runs:
+        args = TrainingArguments(output_dir=tempfile.mkdtemp(), report_to="trackio", project=project,
+                                 run_name=run["name"], trackio_static_space_id=False, use_cpu=True)
+        state, control, callback = TrainerState(), TrainerControl(), TrackioCallback()
+        callback.on_train_begin(args, state, control)
+        for entry in run["history"]:
+            state.global_step = int(entry["step"])
+            callback.on_log(args, state, control, logs={k: v for k, v in entry.items() if k != "step"})
+        callback.on_train_end(args, state, control)
+
+
+def serve_trackio(folder: str, port: int, project: str, demo: bool) -> None:
+    """The dashboard's server process: TRACKIO_DIR before trackio is imported, the demo project, then ``show``."""
+    os.environ["TRACKIO_DIR"] = folder
+    if demo:
+        build_project(demo_runs(), project)
+    import trackio
+    trackio.show(project=project, open_browser=False, block_thread=True, server_port=port, host="127.0.0.1")
+
+
+@contextlib.contextmanager
+def trackio_server(python: str, folder: Path, project: str, demo: bool, workdir: Path,
+                   timeout: float = 180) -> Iterator[str]:
+    """trackio's dashboard on a free loopback port, serving ``folder``; yield its URL; stop it afterwards."""
+    port = free_port()
+    command = [python, str(Path(__file__).resolve()), SERVE, str(folder), str(port), project, "demo" if demo else "open"]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    with _served(command, env, workdir, f"http://127.0.0.1:{port}", "", "trackio's dashboard", timeout) as url:
+        yield f"{url}/?project={project}"
+
+
+#: Pixels of a run's colour in a plot's canvas (the line, a few hundred pixels; the legend's dot, a few dozen).
+CURVE_JS = """
+const [metric, colours] = arguments;
+const box = document.querySelector(`.plot-container[data-metric="${metric}"]`);
+if (!box) return null;
+box.scrollIntoView({block: "center"});
+const canvas = box.querySelector("canvas");
+if (!canvas || !canvas.width) return null;
+const data = canvas.getContext("2d").getImageData(0, 0, canvas.width, canvas.height).data;
+const counts = colours.map(() => 0);
+for (let i = 0; i < data.length; i += 4) {
+  colours.forEach((c, k) => {
+    if (data[i + 3] > 200 && Math.abs(data[i] - c[0]) < 12 && Math.abs(data[i + 1] - c[1]) < 12
+        && Math.abs(data[i + 2] - c[2]) < 12) counts[k] += 1;
+  });
+}
+return counts;
+"""
+MIN_CURVE_PIXELS = 80
+
+
+def check_trackio(driver: Any, url: str, runs: list[str], timeout: float) -> dict[str, Any]:
+    """The dashboard lists every run, and each watched plot holds a line of each run's colour."""
+    from selenium.webdriver.common.by import By
+
+    shots: list[str] = []
+    driver.get(url)
+    listed = wait_for("every run in the sidebar", lambda: (lambda names: names if set(runs) <= set(names) else None)(
+        [e.get_attribute("title") for e in driver.find_elements(By.CSS_SELECTOR, ".run-name")]), timeout)
+    colours = {}
+    for item in driver.find_elements(By.CSS_SELECTOR, ".checkbox-item"):
+        name = item.find_element(By.CSS_SELECTOR, ".run-name").get_attribute("title")
+        rgb = re.findall(r"\d+", item.find_element(By.CSS_SELECTOR, ".color-dot").get_attribute("style"))
+        colours[name] = [int(x) for x in rgb[:3]]
+    driver.save_screenshot(str(SHOTS / "trackio-dashboard.png"))
+    shots.append(str((SHOTS / "trackio-dashboard.png").relative_to(ROOT)))
+    curves: dict[str, dict[str, int]] = {}
+    for metric in TRACKIO_METRICS:
+        counts = wait_for(f"the {metric} plot drawn", lambda: (lambda c: c if c and all(
+            n >= MIN_CURVE_PIXELS for n in c) else None)(driver.execute_script(CURVE_JS, metric,
+                                                                             [colours[r] for r in runs])),
+                          timeout=min(timeout, 60))
+        curves[metric] = dict(zip(runs, counts))
+        box = driver.find_element(By.CSS_SELECTOR, f'.plot-container[data-metric="{metric}"]')
+        _shot(driver, box, f"trackio-{metric.replace('/', '-')}", shots)
+    return {"checks": {"runs_listed": set(runs) <= set(listed),
+                       **{f"curves:{m}": all(n >= MIN_CURVE_PIXELS for n in c.values()) for m, c in curves.items()}},
+            "runs": runs, "curve_pixels": curves, "screenshots": shots}
+
+
+def project_runs(python: str, folder: Path, project: str) -> list[str]:
+    """The run names a trackio folder's project holds (read with trackio's own storage class)."""
+    code = ("import os, sys, json; os.environ['TRACKIO_DIR'] = sys.argv[1]\n"
+            "from trackio.sqlite_storage import SQLiteStorage\n"
+            "print(json.dumps(SQLiteStorage.get_runs(sys.argv[2])))")
+    return json.loads(_run([python, "-c", code, str(folder), project]).strip().splitlines()[-1])
+
+
+def run_trackio(python: str, folder: Path | None, timeout: float) -> dict[str, Any]:
+    """The trackio check end to end; failures recorded, never raised."""
+    t0 = time.monotonic()
+    project = "grpo-course"
+    result: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="browser-check-trackio-") as tmp:
+        workdir = Path(tmp)
+        demo = folder is None
+        where = workdir / "trackio" if demo else folder.resolve()
+        result["project"] = f"{project} in {'a temporary folder (stored runs)' if demo else where}"
+        try:
+            if demo:
+                runs = [r["name"] for r in demo_runs()]
+                if len(runs) < 2:
+                    raise CheckError(f"fewer than two stored runs with a per-step history among {TRACKIO_DEMO_RUNS}")
+                result["sources"] = [r["source"] for r in demo_runs()]
+            else:
+                runs = project_runs(python, where, project)
+                if not runs:
+                    raise CheckError(f"no run in trackio project {project!r} under {where}")
+            with trackio_server(python, where, project, demo, workdir) as url, chromium() as driver:
+                _checked(result, driver, "trackio", lambda: check_trackio(driver, url, runs, timeout))
+        except Exception as exc:  # noqa: BLE001  (reported in the JSON, exit code 1 or 2)
+            _failed(result, exc, workdir)
+    return _finished(result, t0)
+
+
+
+def browser_venv_or_report() -> Path | None:
+    """The browser venv's Python (built if missing) once Chromium is found; else print why as JSON and give None."""
+    try:
+        python = ensure_browser_venv(sys.executable)
+        find_chromium()
+    except CheckError as exc:
+        print(json.dumps({"ok": False, "error": str(exc)}, indent=2))
+        return None
+    return python
 
 # ----------------------------------------------------------------------------------- entry point
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", choices=["classic", "lab"], help="check one frontend")
+    parser.add_argument("--only", choices=["classic", "lab", "trackio"], help="check one frontend, or trackio")
+    parser.add_argument("--trackio-dir", type=Path, default=None,
+                        help="a run folder's trackio/ to open (default: a project of stored runs, built here)")
     parser.add_argument("--timeout", type=float, default=240, help="seconds to wait for a kernel or a widget")
     parser.add_argument("--helpers-root", type=Path, default=ROOT,
                         help="folder the kernels import helpers from (default: this checkout), e.g. an export of "
                              "another revision: git archive HEAD helpers | tar -x -C /tmp/rev")
     parser.add_argument(INSIDE, dest="course_python", help=argparse.SUPPRESS)
+    if argv is None and len(sys.argv) == 6 and sys.argv[1] == SERVE:  # the dashboard's own process
+        serve_trackio(sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5] == "demo")
+        return 0
     args = parser.parse_args(argv)
     if args.course_python is None:  # first stage, in the course venv: build the browser venv, continue there
         if Path(sys.prefix).resolve() == BROWSER_VENV.resolve():
             parser.error("run it with the course venv's Python: .venv/bin/python tools/browser_check.py")
-        try:
-            browser_python = ensure_browser_venv(sys.executable)
-            find_chromium()
-        except CheckError as exc:
-            print(json.dumps({"ok": False, "error": str(exc)}, indent=2))
+        browser_python = browser_venv_or_report()
+        if browser_python is None:
             return 2
         rest = [a for a in (argv if argv is not None else sys.argv[1:])]
         os.execv(str(browser_python), [str(browser_python), str(Path(__file__).resolve()), *rest, INSIDE, sys.executable])
@@ -502,9 +705,10 @@ def main(argv: list[str] | None = None) -> int:
     helpers_root = args.helpers_root.resolve()
     setups = {"classic": (str(BROWSER_VENV / "bin" / "python"), [KERNEL_SITE, helpers_root]),
               "lab": (args.course_python, [helpers_root])}
-    frontends = [args.only] if args.only else ["classic", "lab"]
-    report: dict[str, Any] = {"frontends": {f: run_frontend(f, *setups[f], args.timeout, args.course_python)
-                                            for f in frontends}}
+    frontends = [args.only] if args.only else ["classic", "lab", "trackio"]
+    report: dict[str, Any] = {"frontends": {
+        f: run_trackio(args.course_python, args.trackio_dir, args.timeout) if f == "trackio"
+        else run_frontend(f, *setups[f], args.timeout, args.course_python) for f in frontends}}
     report["ok"] = all(r["ok"] for r in report["frontends"].values())
     report["classic_stack"] = {"server_venv": str(BROWSER_VENV.relative_to(ROOT)), "server": SERVER_PINS,
                                "kernel": f"course venv + {' '.join(KERNEL_PINS)} from {KERNEL_SITE.relative_to(ROOT)}"}

@@ -129,7 +129,8 @@ def run_course(profile_name: str | None = None, only: list[str] | None = None,
     stamp = time.strftime("%Y%m%d-%H%M%S")
     run = Path(run) if run else runs_root() / f"{stamp}-{profile.name}"
     (run / "notebooks").mkdir(parents=True, exist_ok=True)
-    env = {"COURSE_PROFILE": profile.name, "COURSE_RUN_DIR": str(run.resolve()), "MPLBACKEND": "Agg"}
+    env = {"COURSE_PROFILE": profile.name, "COURSE_RUN_DIR": str(run.resolve()), "MPLBACKEND": "Agg",
+           "COURSE_HEADLESS": "1"}  # cells that only serve a person (a dashboard server) skip themselves
     if task:  # the kernels read it in get_profile(); they import the task's module from where this process did
         env["COURSE_TASK"] = task
         if (root := import_root(task.partition(":")[0])) is not None:

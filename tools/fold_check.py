@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tools.browser_check import (SHOTS, CheckError, chromium, ensure_browser_venv, find_chromium,  # noqa: E402
+from tools.browser_check import (SHOTS, CheckError, browser_venv_or_report, chromium,  # noqa: E402
                                  jupyter_server, wait_for)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -105,11 +105,8 @@ def run(names: list[str], course_python: str, timeout: float) -> dict[str, Any]:
 
 def main(argv: list[str]) -> int:
     if INSIDE not in argv:  # in the course venv: make sure the browser venv exists, then continue inside it
-        try:
-            browser_python = ensure_browser_venv(sys.executable)
-            find_chromium()
-        except CheckError as exc:
-            print(json.dumps({"ok": False, "error": str(exc)}, indent=2))
+        browser_python = browser_venv_or_report()
+        if browser_python is None:
             return 2
         return subprocess.run([str(browser_python), __file__, *argv, INSIDE, sys.executable]).returncode
     course_python = argv[-1]

@@ -1,0 +1,192 @@
+"""helpers.watch: the named warnings on logged histories (real stored runs and hand-made ones). The callbacks that
+raise them while training are tested in test_callbacks.py."""
+
+import json
+from pathlib import Path
+
+import pytest
+from helpers.watch import FIXES, RunWarning, diagnose, watch_every
+
+MEASURED = Path(__file__).resolve().parents[1] / "bench" / "measured"
+
+
+def history(n=12, **series):
+    """``n`` per-step log entries; each keyword is a list (one value a step) or a constant."""
+    base = {"reward": 1.0, "frac_reward_zero_std": 0.25, "entropy": 0.5, "completions/clipped_ratio": 0.0}
+    rows = []
+    for i in range(n):
+        row = {"step": i + 1}
+        for key, value in {**base, **series}.items():
+            v = value[i] if isinstance(value, list) else value
+            if v is not None:
+                row[key] = v
+        rows.append(row)
+    return rows
+
+
+def names(rows, **kw):
+    return [w.name for w in diagnose(rows, **kw)]
+
+
+# --------------------------------------------------------------------------- hand-made histories: each rule
+
+
+def test_a_steady_run_raises_nothing():
+    assert names(history(20, reward=[0.5 + 0.1 * i for i in range(20)])) == []
+
+
+def test_entropy_collapse_is_named_when_entropy_falls_and_the_groups_stop_differing():
+    entropy = [0.6, 0.6, 0.6, 0.5, 0.3, 0.1, 0.05, 0.04, 0.03, 0.03]
+    alike = [0.0, 0.0, 0.5, 0.5, 0.5, 1.0, 1.0, 1.0, 1.0, 1.0]
+    found = diagnose(history(10, entropy=entropy, frac_reward_zero_std=alike))
+    # step 7: the median entropy of steps 5-7 is 0.1 (17% of 0.6), and steps 4-7 had 75% of completions alike
+    assert [(w.name, w.step) for w in found] == [("entropy-collapse", 7), ("no-reward-spread", 9)]
+    assert "0.100" in found[0].seen and "17%" in found[0].seen and "75% of the completions" in found[0].seen
+
+
+def test_entropy_falling_while_the_groups_still_differ_is_learning_not_a_collapse():
+    """A healthy run grows sure of its answers: entropy 0.68 -> 0.02 in 20 steps of the course's recipe."""
+    assert names(history(20, entropy=[0.6 / (1 + i) for i in range(20)], frac_reward_zero_std=0.5)) == []
+    assert names(history(10, entropy=[0.6] * 3 + [0.3] * 7, frac_reward_zero_std=1.0)) == ["no-reward-spread"]
+
+
+def test_zero_spread_needs_every_group_equal_several_steps_in_a_row():
+    assert names(history(8, frac_reward_zero_std=[1.0, 1.0, 1.0, 0.5, 1.0, 1.0, 1.0, 0.5])) == []
+    found = diagnose(history(8, frac_reward_zero_std=[0.5, 1.0, 1.0, 1.0, 1.0, 1.0, 0.5, 0.5], reward=0.25))
+    assert [(w.name, w.step) for w in found] == [("no-reward-spread", 5)]
+    assert "4 steps in a row (reward 0.25)" in found[0].seen
+
+
+def test_all_truncated_only_matters_with_the_mask():
+    rows = history(4, **{"completions/clipped_ratio": [0.5, 1.0, 1.0, 0.9]})
+    assert names(rows) == []
+    assert [(w.name, w.step) for w in diagnose(rows, mask_truncated_completions=True)] == [("all-truncated", 2)]
+    assert names(history(4, **{"completions/clipped_ratio": 0.97}), mask_truncated_completions=True) == []
+
+
+def test_heldout_falling_while_reward_rises():
+    acc = [None, None, None, 0.6, None, None, None, 0.5, None, None, None, 0.35]
+    rising = [1.0 + 0.1 * i for i in range(12)]
+    found = diagnose(history(12, eval_accuracy=acc, reward=rising))
+    assert [(w.name, w.step) for w in found] == [("heldout-falling", 12)]
+    assert "60% -> 50% -> 35%" in found[0].seen and "steps 4, 8, 12" in found[0].seen
+    # the same fall with the reward falling too is a dying run, not reward hacking: other warnings name it
+    assert names(history(12, eval_accuracy=acc, reward=rising[::-1])) == []
+    # a fall of 5 points is noise on a small slice
+    assert names(history(12, eval_accuracy=[None] * 3 + [0.6] + [None] * 3 + [0.58] + [None] * 3 + [0.55],
+                         reward=rising)) == []
+
+
+def test_missing_and_odd_values_are_skipped():
+    rows = history(6, entropy=[None, float("nan"), 0.5, 0.5, 0.5, 0.5], reward=None)
+    rows.append({"train_runtime": 3.0})  # the trainer's summary entry has no "step"
+    assert names(rows) == []
+
+
+def test_every_warning_has_a_fix_and_prints_both():
+    warning = RunWarning("no-reward-spread", 3, "seen", FIXES["no-reward-spread"])
+    assert str(warning).startswith("[no-reward-spread] step 3: seen -> every completion")
+    assert set(FIXES) == {"entropy-collapse", "no-reward-spread", "all-truncated", "heldout-falling"}
+
+
+def test_watch_every_spreads_the_evaluations_over_the_run():
+    assert [watch_every(s, 5) for s in (20, 250, 2, 7)] == [4, 50, 1, 1]
+    assert watch_every(2, 2) == 1
+
+
+# --------------------------------------------------------------------------- real runs, stored
+
+
+def stored(name):
+    path = MEASURED / name
+    if not path.is_file():
+        pytest.fail(f"{path} is missing: it is the stored history this test reads (bench/learning.py's JSON)")
+    return json.loads(path.read_text())
+
+
+@pytest.mark.parametrize("name, expected", [
+    # learning rate 1e-3, seed 3407: 34% after the warm-up, 0% after GRPO; entropy 0.57 -> 0.10 by step 6
+    ("history_lr1e3.json", ["entropy-collapse"]),
+    # temperature 0.7, seed 1: the slice 56% -> 50% -> 38% at the end while the reward rose
+    ("history_t07.json", ["entropy-collapse", "heldout-falling"]),
+    # groups of 4, seed 3407, one thread: 34% -> 73%, nothing to name. The same recipe and seed on two threads
+    # collapsed to 0% (bench/measured/learning_curve_ng4.json, no per-step history stored): which run dies is
+    # decided by more than the seed.
+    ("history_ng4.json", []),
+    # the mask on, no warm-up, 32 tokens: the base model's completions were cut off on 19% to 75% of a step, never
+    # all, so all-truncated stays silent (its firing case is tested on the hand-made histories above)
+    ("history_trunc.json", []),
+])
+def test_the_stored_runs_read_as_they_went(name, expected):
+    run = stored(name)
+    assert names(run["history"], mask_truncated_completions=run["recipe"]["mask_truncated_completions"]) == expected
+    start = (run["after_warmup"] or {"accuracy": 0.0})["accuracy"]  # no warm-up: the base model scores 0%
+    assert (run["after"]["accuracy"] < start) == (name == "history_lr1e3.json")  # only the 1e-3 run lost ground
+    assert printed(run) == expected  # what the run printed while training
+
+
+def printed(run):
+    """The warning names a run printed while training (``WatchCallback``), in order."""
+    return [w.split("]", 1)[0].lstrip("[") for w in run["warnings"]]
+
+
+def test_the_stored_truncation_run_had_the_mask_on_and_never_every_completion_cut_off():
+    run = stored("history_trunc.json")
+    clipped = [h["completions/clipped_ratio"] for h in run["history"]]
+    assert run["recipe"]["mask_truncated_completions"] and run["recipe"]["warmup_examples"] == 0
+    assert 0.5 <= max(clipped) < 1.0  # many cut off, never all: the rule needs every one
+
+
+def test_the_course_recipe_on_every_seed_is_watched_live_as_its_history_reads():
+    """What each seed of the stored cpu-demo sweep printed while training (WatchCallback) is what diagnose names in
+    its history afterwards: the live watch and the offline reading agree on real runs."""
+    from tools.measured import SEEDS
+    sweep = stored(f"{SEEDS}.json")
+    assert len(sweep["runs"]) >= 5
+    for run in sweep["runs"]:
+        assert run["history"], run["seed"]
+        assert sorted(names(run["history"])) == sorted(printed(run)), run["seed"]
+
+
+def stored_runs():
+    """Every stored run of the recipe and its variants (the sweeps docs/measured.md tabulates): (label, run)."""
+    from tools.measured import SCREENS, SEEDS
+    return [(f"{file} seed {run['seed']}", run) for file in [SEEDS, *(f for f, _ in SCREENS)]
+            for run in stored(f"{file}.json")["runs"]]
+
+
+def steady(run, fall=0.10):
+    """A run GRPO helped whose held-out accuracy (the warm-up's, then the slice scored while training) never fell more
+    than ``fall`` below its best so far: a definition the warnings do not use (they read entropy, the groups'
+    spread, truncation, and the slice only together with a rising reward)."""
+    curve = [run["after_warmup"], *(v for _, v, *_ in run["heldout_curve"])]
+    return run["grpo_gain"] > 0 and all(max(curve[:i + 1]) - v <= fall + 1e-9 for i, v in enumerate(curve))
+
+
+def test_a_run_grpo_made_worse_is_named_and_a_steady_run_raises_nothing():
+    """On the stored real runs (the recipe's seeds and every variant's): at least one warning wherever GRPO ended
+    below the warm-up's accuracy, and none on a steady run, but one known false alarm, kept here in the open: the
+    pass-rate ordering's seed 1 (17% after the warm-up, then 34%, 66%, 69%, 66% on the slice, +51 points) reads as
+    ``entropy-collapse`` at step 16: easiest prompts first, most of its groups alike and entropy low while the slice
+    held (docs/measured.md's "named" column shows it). A rule that stops naming it fails here: update the list."""
+    runs = stored_runs()
+    worse = [(label, names(run["history"])) for label, run in runs if run["after"] < run["after_warmup"]]
+    calm = [(label, names(run["history"])) for label, run in runs if steady(run)]
+    assert worse and len(calm) >= 3, "the stored runs no longer hold both runs GRPO made worse and steady ones"
+    assert [label for label, found in worse if not found] == []
+    assert [(label, found) for label, found in calm if found] == [("learning_seeds_order seed 1", ["entropy-collapse"])]
+
+
+def test_the_callbacks_are_helpers_callbacks_own_and_load_no_torch_here():
+    """helpers.watch stays light (its callbacks subclass TrainerCallback, in helpers.callbacks); the old names work."""
+    import subprocess
+    import sys
+    import helpers.callbacks as callbacks
+    import helpers.watch as watch
+
+    assert watch.WatchCallback is callbacks.WatchCallback and watch.HeldOutCallback is callbacks.HeldOutCallback
+    with pytest.raises(AttributeError, match="no attribute 'Missing'"):
+        watch.Missing  # noqa: B018
+    loaded = subprocess.run([sys.executable, "-c", "import sys, helpers.watch; print('torch' in sys.modules)"],
+                            capture_output=True, text=True, check=True, cwd=MEASURED.parents[1]).stdout.strip()
+    assert loaded == "False"
