@@ -114,6 +114,7 @@ class Profile:
     select_prompts: int = 0  # training prompts sampled before GRPO
     select_samples: int = 4  # samples of each, at the training temperature
     select_mode: str = "filter"  # "filter": drop those never or always solved; "order": most often solved first
+    lr_scheduler_type: str = "constant"  # GRPO's learning-rate schedule (transformers' names: constant, linear, cosine)
 
     def __post_init__(self) -> None:
         batch = self.per_device_train_batch_size * self.gradient_accumulation_steps
@@ -165,16 +166,18 @@ CPU_SMOKE = Profile(
     warmup_examples=8, warmup_level="add1", warmup_epochs=1, warmup_learning_rate=1e-3, warmup_batch_size=8,
     time_budget_minutes=2, fallback_minutes=1, save_steps=1, eval_prompts=16, max_seq_length=512,
     gpu_memory_utilization=0.6, seed=3407, watch_prompts=4, watch_evals=2,
-    minutes={"00_setup": 0.3, "01_dataset_prep": 0.1, "02_reward_lab": 0.2,
-             "03_grpo_training": 0.4, "04_merge_and_inference": 0.6, "05_your_own_task": 0.7, "06_inside_grpo": 2.0},
+    minutes={"00_setup": 0.4, "01_dataset_prep": 0.1, "02_reward_lab": 0.3,
+             "03_grpo_training": 0.8, "04_merge_and_inference": 0.8, "05_your_own_task": 1.0, "06_inside_grpo": 2.0,
+             "07_grpo_with_tools": 0.6},
 )
 #: A laptop: the same model, a harder level, groups of 8, 20 steps or 6 minutes (arithmetic plateaus by step 20).
 CPU_DEMO = dataclasses.replace(
     CPU_SMOKE, name="cpu-demo", task_level="add2", train_rows=1000, eval_rows=200, max_completion_length=32,
     num_generations=8, per_device_train_batch_size=16, max_steps=20, learning_rate=3e-4, warmup_examples=16,
     time_budget_minutes=6, fallback_minutes=3, save_steps=10, eval_prompts=100, watch_prompts=32, watch_evals=4,
-    minutes={"00_setup": 0.6, "01_dataset_prep": 0.1, "02_reward_lab": 0.3,
-             "03_grpo_training": 3.7, "04_merge_and_inference": 2.0, "05_your_own_task": 4.2, "06_inside_grpo": 2.9},
+    minutes={"00_setup": 0.8, "01_dataset_prep": 0.1, "02_reward_lab": 0.3,
+             "03_grpo_training": 4.6, "04_merge_and_inference": 2.1, "05_your_own_task": 5.1, "06_inside_grpo": 3.2,
+             "07_grpo_with_tools": 5.0},
 )
 #: A free T4: Qwen2.5-1.5B in 4-bit with Unsloth, GSM8K, no warm-up, 8-bit AdamW, DAPO's truncation mask.
 COLAB_T4 = dataclasses.replace(
@@ -184,7 +187,8 @@ COLAB_T4 = dataclasses.replace(
     max_grad_norm=0.1, gradient_checkpointing=True, warmup_examples=0, time_budget_minutes=45, fallback_minutes=10,
     save_steps=25, eval_prompts=200, max_seq_length=1024,
     minutes={"00_setup": 5.0, "01_dataset_prep": 1.0, "02_reward_lab": 3.0, "03_grpo_training": 50.0,
-             "04_merge_and_inference": 15.0, "05_your_own_task": 55.0, "06_inside_grpo": 15.0},
+             "04_merge_and_inference": 15.0, "05_your_own_task": 55.0, "06_inside_grpo": 15.0,
+             "07_grpo_with_tools": 30.0},
 )
 #: An A100/H100/L4: Qwen3-4B, vLLM colocated, longer completions, bigger groups.
 GPU_LARGE = dataclasses.replace(
@@ -192,7 +196,8 @@ GPU_LARGE = dataclasses.replace(
     num_generations=8, per_device_train_batch_size=8, max_steps=500, lora_rank=32, lora_alpha=32,
     time_budget_minutes=60, save_steps=50, eval_prompts=500, max_seq_length=2048, gpu_memory_utilization=0.5,
     minutes={"00_setup": 5.0, "01_dataset_prep": 1.0, "02_reward_lab": 3.0, "03_grpo_training": 65.0,
-             "04_merge_and_inference": 10.0, "05_your_own_task": 70.0, "06_inside_grpo": 15.0},
+             "04_merge_and_inference": 10.0, "05_your_own_task": 70.0, "06_inside_grpo": 15.0,
+             "07_grpo_with_tools": 35.0},
 )
 PROFILES: dict[str, Profile] = {p.name: p for p in (CPU_SMOKE, CPU_DEMO, COLAB_T4, GPU_LARGE)}
 

@@ -87,6 +87,27 @@ def spelled_dicts(tree: ast.AST) -> dict[str, list[str]]:
     return out
 
 
+#: Save points whose keywords are checked where they are built: ``grpo_kwargs`` by tests/unsloth_config_probe.py,
+#: which passes its whole output to Unsloth's and TRL's GRPOConfig.
+SAVE_POINTS = {"grpo_kwargs"}
+
+
+def readable_dict(node: ast.Dict, spelled: dict[str, list[str]]) -> list[str] | None:
+    """The keys of ``{"a": 1, **ASKED, **grpo_kwargs(...)}`` when every one can be read: written-out string keys,
+    spelled dicts and save points (their own keys are checked elsewhere); None when one cannot."""
+    keys = []
+    for key, value in zip(node.keys, node.values):
+        if isinstance(key, ast.Constant) and isinstance(key.value, str):
+            keys.append(key.value)
+        elif key is None and isinstance(value, ast.Name) and value.id in spelled:
+            keys += spelled[value.id]
+        elif key is None and isinstance(value, ast.Call) and dotted(value.func) in SAVE_POINTS:
+            continue
+        else:
+            return None
+    return keys
+
+
 def target_of(name: str) -> str | None:
     for key in sorted(set(TARGETS) | set(VLLM_TARGETS), key=len, reverse=True):
         if name == key or name.endswith("." + key):
@@ -110,6 +131,9 @@ def found_calls() -> list[tuple[str, int, str, list[str], bool]]:
                 stars = [k.value for k in node.keywords if k.arg is None]
                 for star in [s for s in stars if isinstance(s, ast.Name) and s.id in spelled]:
                     kws += spelled[star.id]  # GRPOConfig(**ASKED), ASKED = dict(...) written out above
+                    stars.remove(star)
+                for star in [s for s in stars if isinstance(s, ast.Dict) and readable_dict(s, spelled)]:
+                    kws += readable_dict(star, spelled)  # GRPOConfig(**{**grpo_kwargs(...), "bf16": True})
                     stars.remove(star)
                 out.append((where, node.lineno, key, kws, bool(stars)))
     return out

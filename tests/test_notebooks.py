@@ -176,7 +176,7 @@ def test_the_profile_cell_keeps_runs_where_a_disconnect_cannot_lose_them(path):
 def test_gpu_only_cells_are_skipped_by_nbval_and_guarded(path):
     for i, cell in enumerate(cells(path)):
         if cell.cell_type == "code" and cell.source.startswith("# NBVAL_SKIP"):
-            assert "PROFILE.backend" in cell.source or "PROFILE.use_vllm" in cell.source, (
+            assert any(guard in cell.source for guard in ("PROFILE.backend", "PROFILE.use_vllm", "COURSE_HEADLESS")), (
                 f"cell {i} is skipped by nbval but not guarded for `make course` on a CPU")
 
 
@@ -200,6 +200,8 @@ TAUGHT = {
                                "model.save_pretrained_merged", "AutoModelForCausalLM.from_pretrained",
                                "model.save_pretrained_gguf", "get_token", "model.push_to_hub_merged"},
     "05_your_own_task": {"load_dataset", "rename_columns", "Draft202012Validator", "train_grpo", "evaluate_adapters"},
+    "07_grpo_with_tools": {"GRPOConfig", "GRPOTrainer", "SFTConfig", "SFTTrainer", "sft.train", "trainer.train",
+                           "get_json_schema", "supports_tool_calling", "evaluate_with_tools"},
 }
 
 
@@ -239,6 +241,7 @@ def assigned(source: str, name: str) -> str:
 @pytest.mark.parametrize("profile", list(PROFILES.values()), ids=lambda p: p.name)
 def test_notebook_03_grpo_config_is_the_save_point(profile, tmp_path):
     """Notebook 03's GRPOConfig cell passes exactly the save point's keywords (helpers.training.grpo_kwargs)."""
+    from helpers.tracking import use_trackio
     from helpers.training import grpo_kwargs
 
     source = code(ROOT / "notebooks" / "03_grpo_training.ipynb")
@@ -246,7 +249,7 @@ def test_notebook_03_grpo_config_is_the_save_point(profile, tmp_path):
     capability = (7, 5) if profile.backend == "unsloth" else None
     namespace = {"PROFILE": profile, "SPEC": get_model_spec(profile.model), "RUN": tmp_path,
                  "REWARDS": get_task(profile.task).rewards_for(profile.task_level),
-                 "PRECISION": precision(profile, capability)}
+                 "PRECISION": precision(profile, capability), "TRACKING": use_trackio(tmp_path)}
     exec(assigned(source, "ASKED"), namespace)  # noqa: S102 - the notebook's own cell
     assert namespace["ASKED"] == grpo_kwargs(profile, tmp_path, capability)
 

@@ -326,7 +326,7 @@ def test_a_level_the_task_does_not_have_is_refused():
 
 
 def test_an_unknown_task_is_refused_with_the_choices():
-    with pytest.raises(ValueError, match=r"Unknown task 'poetry': use one of \['arithmetic', 'json'\]"):
+    with pytest.raises(ValueError, match=r"Unknown task 'poetry': use one of \['arithmetic', 'json', 'tools'\]"):
         get_profile("cpu-smoke", task="poetry")
 
 

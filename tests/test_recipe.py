@@ -165,7 +165,7 @@ def test_rewards_are_found_by_the_import_path_trl_uses():
         reward_path(Prefilled(strict_format_reward, "<think>\n"))
     # a Prefilled reward in the learner's task module (not beside the reward it wraps) is found through the task
     assert reward_path(THINK_FORMAT, ThinkTask()) == f"{__name__}.THINK_FORMAT"
-    with pytest.raises(RecipeError, match="not importable"):
+    with pytest.raises(RecipeError, match="no module-level name in its module"):
         reward_path(THINK_FORMAT)
     texts = recipe_texts(get_profile("cpu-smoke", task=f"{__name__}:ThinkTask"), "/tmp/never-written")
     assert yaml.safe_load(texts[GRPO_YAML])["reward_funcs"] == [f"{__name__}.THINK_FORMAT"]
@@ -178,7 +178,7 @@ def test_rewards_are_found_by_the_import_path_trl_uses():
     written_in_a_notebook.__module__ = "__main__"  # what a reward defined in a notebook cell says
     sys.modules["__main__"].written_in_a_notebook = written_in_a_notebook
     try:
-        with pytest.raises(RecipeError, match="not importable"):
+        with pytest.raises(RecipeError, match=r"defined in this notebook \(__main__\), which no other process can import"):
             reward_path(written_in_a_notebook)
     finally:
         del sys.modules["__main__"].written_in_a_notebook
