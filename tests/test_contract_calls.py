@@ -73,7 +73,8 @@ def dotted(func: ast.AST) -> str:
 
 
 def spelled_dicts(tree: ast.AST) -> dict[str, list[str]]:
-    """``NAME = dict(a=..., b=...)`` or ``NAME = {"a": ...}``: keys a reader sees written out."""
+    """``NAME = dict(a=..., b=...)`` or ``NAME = {"a": ..., **OTHER}`` (:func:`readable_dict`): keys a reader sees
+    written out."""
     out = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
@@ -81,9 +82,8 @@ def spelled_dicts(tree: ast.AST) -> dict[str, list[str]]:
             if isinstance(value, ast.Call) and dotted(value.func) == "dict" and not value.args and all(
                     k.arg for k in value.keywords):
                 out[node.targets[0].id] = [k.arg for k in value.keywords]
-            elif isinstance(value, ast.Dict) and all(isinstance(k, ast.Constant) and isinstance(k.value, str)
-                                                     for k in value.keys):
-                out[node.targets[0].id] = [k.value for k in value.keys]
+            elif isinstance(value, ast.Dict) and (keys := readable_dict(value, out)) is not None:
+                out[node.targets[0].id] = keys
     return out
 
 
@@ -132,9 +132,10 @@ def found_calls() -> list[tuple[str, int, str, list[str], bool]]:
                 for star in [s for s in stars if isinstance(s, ast.Name) and s.id in spelled]:
                     kws += spelled[star.id]  # GRPOConfig(**ASKED), ASKED = dict(...) written out above
                     stars.remove(star)
-                for star in [s for s in stars if isinstance(s, ast.Dict) and readable_dict(s, spelled)]:
-                    kws += readable_dict(star, spelled)  # GRPOConfig(**{**grpo_kwargs(...), "bf16": True})
-                    stars.remove(star)
+                for star in [s for s in stars if isinstance(s, ast.Dict)]:
+                    if (keys := readable_dict(star, spelled)) is not None:
+                        kws += keys  # GRPOConfig(**{**grpo_kwargs(...), "bf16": True})
+                        stars.remove(star)
                 out.append((where, node.lineno, key, kws, bool(stars)))
     return out
 
