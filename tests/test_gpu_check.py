@@ -28,7 +28,7 @@ def test_the_check_finds_its_cells_in_both_notebooks():
                  "trainer.train(resume_from_checkpoint=checkpoint)"):
         assert call in run03, f"notebook 03 no longer has {call!r}: the GPU check would not run it"
     run04 = "\n".join(c.source for c in cells["04"] if c.role != "skip")
-    for call in ('save_method="merged_16bit"', "AutoModelForCausalLM.from_pretrained(str(MERGED)", "verify_merged(",
+    for call in ('save_method="merged_16bit"', "model_name=str(MERGED)", "verify_merged(",
                  "transcript("):
         assert call in run04, f"notebook 04 no longer has {call!r}: the GPU check would not run it"
     assert [c.name for c in cells["04"] if c.role == "skip"] == [
@@ -112,6 +112,26 @@ def test_install_and_the_image_requirements(tmp_path):
     assert len(checked["unmet"]) == 1 and checked["unmet"][0].startswith("numpy>=99 (gpucheckdemo): numpy ")
     with pytest.raises(FileNotFoundError, match="tools/wheelhouse.py build"):
         gc.install(tmp_path / "nothing", tmp_path / "site2")
+
+
+def test_t4_emulation_shows_a_t4_to_unsloth_and_the_real_gpu_to_the_kernel_compilers(monkeypatch):
+    """Told 7.5 on an H100, Triton built sm_75 kernels the GPU could not load (the first GPU run, 2026-11-27,
+    bench/measured/gpu_check_first_t4like.json): Triton and torch's compilers must read the real capability."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    monkeypatch.setattr(torch.cuda, "_course_real_capability", None, raising=False)  # removed again afterwards
+    assert gc.emulate_t4() == {"capability": [7, 5], "bf16_supported": False}
+    asked = {}
+    for module in ("unsloth.models._utils", "bitsandbytes.cextension", "helpers.machine", "trl.trainer.utils",
+                   "triton.backends.nvidia.driver", "torch._inductor.utils", "tritonclient"):
+        exec("capability = torch.cuda.get_device_capability(0)", scope := {"__name__": module, "torch": torch})
+        asked[module] = scope["capability"]
+    assert asked == {"unsloth.models._utils": (7, 5), "bitsandbytes.cextension": (7, 5), "helpers.machine": (7, 5),
+                     "trl.trainer.utils": (7, 5), "triton.backends.nvidia.driver": (9, 0),
+                     "torch._inductor.utils": (9, 0), "tritonclient": (7, 5)}
+    assert torch.cuda.is_bf16_supported() is False
 
 
 def test_store_keeps_only_a_gpu_result(tmp_path):
