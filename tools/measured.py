@@ -45,6 +45,9 @@ SCREENS: list[tuple[str, str]] = [
     ("learning_seeds_lr1e3", "learning rate 1e-3, not 3e-4"),
     ("learning_seeds_ng4", "groups of 4, not 8"),
     ("learning_seeds_lr1e4", "learning rate 1e-4, not 3e-4"),
+    ("learning_seeds_t13", "temperature 1.3, not 1.0"),
+    ("learning_seeds_lr2e4", "learning rate 2e-4, not 3e-4"),
+    ("learning_seeds_filt_lr1e4", "the pass-rate filter and learning rate 1e-4 together"),
 ]
 #: Issue 37's targets for the cpu-demo recipe over 5 seeds: (what, metric, over the seeds: "min" or "mean", bound).
 TARGETS: list[tuple[str, str, str, float]] = [
@@ -633,7 +636,8 @@ def render_seeds() -> list[str]:
                    if (MEASURED / f"{file}.json").is_file()]
         seeds = list(dict.fromkeys([*by, *(sd for _, _, runs in screens for sd in runs)]))
         lines += ["", "### Every variant measured beside it", "",
-                  f"Each row changes one thing in the course's recipe (the same {sweep['steps']} steps and "
+                  "Each row changes one thing in the course's recipe (the last row two; the same "
+                  f"{sweep['steps']} steps and "
                   f"{rows} held-out sums) and is a stored sweep (`bench/learning_seeds.py` over the runs' own "
                   "`bench/learning.py` JSON). Most were run on fewer seeds than the recipe: compare a cell with the "
                   "course's in the same column. A cell reads after the warm-up → after GRPO (GRPO's own gain, "
@@ -672,10 +676,18 @@ def render_seeds() -> list[str]:
                                   f"the course's recipe on the same seeds: {said(own)}, "
                                   f"{100 * shortfall(own):.1f} points short.")
             many = [c for c in closest if len(c[3]) >= 3]
-            lines[-1] += (" None was measured on enough seeds to replace the course's recipe, whose own seeds spread "
-                          "as far as the table shows"
-                          + (f"; the one to measure on five seeds next is the closest on three: "
-                             f"{min(many, key=lambda c: c[0])[1]}." if many else "."))
+            full = [c for c in closest if len(c[3]) >= len(by)]
+            if full:
+                n = len(full)
+                lines[-1] += (f" {n} variant{'s were' if n > 1 else ' was'} measured on the recipe's {len(by)} seeds "
+                              f"and {'none meets' if n > 1 else 'it does not meet'} the targets, so the course keeps "
+                              f"its recipe; the closest is {min(full, key=lambda c: c[0])[1]}. The others were run "
+                              "on too few seeds to replace it.")
+            else:
+                lines[-1] += (" None was measured on enough seeds to replace the course's recipe, whose own seeds "
+                              "spread as far as the table shows"
+                              + (f"; the one to measure on five seeds next is the closest on three: "
+                                 f"{min(many, key=lambda c: c[0])[1]}." if many else "."))
     return lines
 
 
