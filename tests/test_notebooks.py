@@ -367,13 +367,15 @@ def test_after_training_every_sample_names_the_adapter():
 
 def test_the_merge_check_compares_like_with_like():
     """On the GPU the merge and the reference (the adapter on the full-precision base the merge used, not the 4-bit
-    training model) both load through FastLanguageModel: after ``import unsloth`` a plain transformers load runs
-    Unsloth's forward and fails (the GPU check of 2026-11-27). On a CPU both sides are float32."""
+    training model) both load through FastLanguageModel: once FastLanguageModel has loaded an architecture, a plain
+    transformers load of it runs Unsloth's forward and fails (the GPU check of 2026-11-27). On a CPU both sides are
+    float32."""
     import ast
     source = code(ROOT / "notebooks" / "04_merge_and_inference.ipynb")
     cell = source[source.index("from helpers.merge import verify_merged"):source.index("report.table()")]
     tree = ast.parse(cell)
-    branch = next(n for n in ast.walk(tree) if isinstance(n, ast.If) and ast.unparse(n.test) == "PROFILE.backend == 'unsloth'")
+    branch = next(n for n in ast.walk(tree)
+                  if isinstance(n, ast.If) and ast.unparse(n.test) == "PROFILE.backend == 'unsloth'")
     gpu, cpu = ast.unparse(ast.Module(branch.body, [])), ast.unparse(ast.Module(branch.orelse, []))
     loads = {c.keywords[0].value.args[0].id: {k.arg: ast.unparse(k.value) for k in c.keywords}
              for c in ast.walk(ast.Module(branch.body, [])) if isinstance(c, ast.Call)

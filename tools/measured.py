@@ -636,9 +636,8 @@ def render_seeds() -> list[str]:
                    if (MEASURED / f"{file}.json").is_file()]
         seeds = list(dict.fromkeys([*by, *(sd for _, _, runs in screens for sd in runs)]))
         lines += ["", "### Every variant measured beside it", "",
-                  "Each row changes one thing in the course's recipe (the last row two; the same "
-                  f"{sweep['steps']} steps and "
-                  f"{rows} held-out sums) and is a stored sweep (`bench/learning_seeds.py` over the runs' own "
+                  "Each row changes one thing in the course's recipe, or two where it says so (the same "
+                  f"{sweep['steps']} steps and {rows} held-out sums) and is a stored sweep (`bench/learning_seeds.py` over the runs' own "
                   "`bench/learning.py` JSON). Most were run on fewer seeds than the recipe: compare a cell with the "
                   "course's in the same column. A cell reads after the warm-up → after GRPO (GRPO's own gain, "
                   "points); \"named\" is what `helpers.watch.diagnose` finds in the run's stored history.", "",
@@ -681,8 +680,9 @@ def render_seeds() -> list[str]:
                 n = len(full)
                 lines[-1] += (f" {n} variant{'s were' if n > 1 else ' was'} measured on the recipe's {len(by)} seeds "
                               f"and {'none meets' if n > 1 else 'it does not meet'} the targets, so the course keeps "
-                              f"its recipe; the closest is {min(full, key=lambda c: c[0])[1]}. The others were run "
-                              "on too few seeds to replace it.")
+                              f"its recipe; the closest is {min(full, key=lambda c: c[0])[1]}."
+                              + (" The others were run on too few seeds to replace it." if len(full) < len(closest)
+                                 else ""))
             else:
                 lines[-1] += (" None was measured on enough seeds to replace the course's recipe, whose own seeds "
                               "spread as far as the table shows"
