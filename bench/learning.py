@@ -96,7 +96,8 @@ def main() -> int:
     say(f"task {task.name}, profile {profile.name}, run {run}, threads {torch.get_num_threads()}, load {load_start:.1f}")
 
     model, tok = load_model(profile, bf16=training.precision(profile, None)["bf16"])  # notebook 03's base dtype
-    held_out = ensure_prepared(profile, run, tokenizer=tok, verbose=False)["eval"]
+    with contextlib.redirect_stdout(sys.stderr):  # its notes (references that do not fit) are not the JSON
+        held_out = ensure_prepared(profile, run, tokenizer=tok, verbose=False)["eval"]
     kwargs = get_model_spec(profile.model).chat_template_kwargs
     sample = held_out.select(range(min(args.passk_prompts, held_out.num_rows)))
     results: dict = {}

@@ -117,8 +117,11 @@ def stored(name):
     # 11, then every group alike for 4 steps in a row from step 15: the real run that shows no-reward-spread
     ("history_ng4_seed1.json", ["entropy-collapse", "no-reward-spread"]),
     # the mask on, no warm-up, 32 tokens: the base model's completions were cut off on 19% to 75% of a step, never
-    # all, so all-truncated stays silent (its firing case is tested on the hand-made histories above)
+    # all, so all-truncated stays silent
     ("history_trunc.json", []),
+    # the mask on, no warm-up, 20 tokens: the base model's rambling was cut off on 88% to 100% of a step, every one
+    # at steps 3 and 5 (loss 0 there: nothing left to learn from), named from step 3; 0% after 6 steps
+    ("history_trunc20.json", ["all-truncated"]),
 ])
 def test_the_stored_runs_read_as_they_went(name, expected):
     run = stored(name)
@@ -139,6 +142,14 @@ def test_the_stored_truncation_run_had_the_mask_on_and_never_every_completion_cu
     clipped = [h["completions/clipped_ratio"] for h in run["history"]]
     assert run["recipe"]["mask_truncated_completions"] and run["recipe"]["warmup_examples"] == 0
     assert 0.5 <= max(clipped) < 1.0  # many cut off, never all: the rule needs every one
+
+
+def test_the_stored_all_truncated_run_learned_nothing_on_the_steps_where_every_completion_was_cut_off():
+    run = stored("history_trunc20.json")
+    assert run["recipe"]["mask_truncated_completions"] and run["recipe"]["max_completion_length"] == 20
+    every = [h for h in run["history"] if h.get("completions/clipped_ratio") == 1.0]
+    assert [h["step"] for h in every] == [3, 5]
+    assert all(h["loss"] == 0.0 for h in every)  # the mask left no token to learn from
 
 
 def test_the_course_recipe_on_every_seed_is_watched_live_as_its_history_reads():

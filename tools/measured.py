@@ -48,6 +48,8 @@ SCREENS: list[tuple[str, str]] = [
     ("learning_seeds_t13", "temperature 1.3, not 1.0"),
     ("learning_seeds_lr2e4", "learning rate 2e-4, not 3e-4"),
     ("learning_seeds_filt_lr1e4", "the pass-rate filter and learning rate 1e-4 together"),
+    ("learning_seeds_ng4_lr1e4", "groups of 4 and learning rate 1e-4 together"),
+    ("learning_seeds_ng4_lr2e4", "groups of 4 and learning rate 2e-4 together"),
 ]
 #: Issue 37's targets for the cpu-demo recipe over 5 seeds: (what, metric, over the seeds: "min" or "mean", bound).
 TARGETS: list[tuple[str, str, str, float]] = [
@@ -521,6 +523,14 @@ def stats(runs: dict[int, dict]) -> dict[str, dict[str, float]]:
             if (v := [r[m] for r in runs.values() if r.get(m) is not None])}
 
 
+def differs(screen: dict, sweep: dict) -> str:
+    """What a variant's sweep ran otherwise than the recipe's, beside the knob it names: ``"; 40 steps"``, or ``""``."""
+    said = [f"{screen['steps']} steps" if screen["steps"] != sweep["steps"] else "",
+            f"{screen.get('eval_rows', 200)} held-out sums" if screen.get("eval_rows", 200) != sweep.get("eval_rows", 200)
+            else ""]
+    return "".join(f"; {x}" for x in said if x)
+
+
 def shortfall(runs: dict[int, dict]) -> float:
     """How far ``runs`` are from issue 37's accuracy targets: the points missing on each, added up (0: all met)."""
     st = stats(runs)
@@ -632,12 +642,12 @@ def render_seeds() -> list[str]:
     if threads_note(sweep, by):
         lines += ["", *threads_note(sweep, by)]
     if SCREENS:
-        screens = [(file, what, sweep_runs(load(file))) for file, what in SCREENS
+        screens = [(file, what + differs(load(file), sweep), sweep_runs(load(file))) for file, what in SCREENS
                    if (MEASURED / f"{file}.json").is_file()]
         seeds = list(dict.fromkeys([*by, *(sd for _, _, runs in screens for sd in runs)]))
         lines += ["", "### Every variant measured beside it", "",
                   "Each row changes one thing in the course's recipe, or two where it says so (the same "
-                  f"{sweep['steps']} steps and {rows} held-out sums) and is a stored sweep (`bench/learning_seeds.py` over the runs' own "
+                  f"{sweep['steps']} steps and {rows} held-out sums unless it says otherwise) and is a stored sweep (`bench/learning_seeds.py` over the runs' own "
                   "`bench/learning.py` JSON). Most were run on fewer seeds than the recipe: compare a cell with the "
                   "course's in the same column. A cell reads after the warm-up → after GRPO (GRPO's own gain, "
                   "points); \"named\" is what `helpers.watch.diagnose` finds in the run's stored history.", "",
