@@ -188,16 +188,19 @@ def test_a_run_grpo_made_worse_is_named_and_a_steady_run_raises_nothing():
     -> 0.03), and its slice did not move again (62.5% at steps 10, 15 and 20): learning stopped, as the warning says,
     though the run kept what it had gained. And a second false alarm: the pass-rate filter's seed 5 (27% after the
     warm-up) reads as ``entropy-collapse`` at step 16 (entropy 0.47 -> 0.03, most groups alike), and its slice then
-    rose from 37.5% at step 15 to 75% at step 20 (57% on the 100 held-out sums at the end). Notebook 03's
-    troubleshooting says it: a warning is a reason to look. A rule that stops naming any of them fails here: update
-    the list."""
+    rose from 37.5% at step 15 to 75% at step 20 (57% on the 100 held-out sums at the end). And two longer runs at a
+    lower learning rate, named once they had converged: 1e-4 for 40 steps, seed 1 (step 40; slice 78% at steps 30
+    and 40, 65.5% on the 200 sums at the end) and 1.5e-4 for 30 steps, seed 1 (step 22; slice 81%, 75%, 78% after
+    it, 64% at the end). Notebook 03's troubleshooting says it: a warning is a reason to look. A rule that stops
+    naming any of them fails here: update the list."""
     runs = stored_runs()
     worse = [(label, names(run["history"])) for label, run in runs if run["after"] < run["after_warmup"]]
     calm = [(label, names(run["history"])) for label, run in runs if steady(run)]
     assert worse and len(calm) >= 3, "the stored runs no longer hold both runs GRPO made worse and steady ones"
     assert [label for label, found in worse if not found] == []
     assert sorted((label, found) for label, found in calm if found) == [
-        ("learning_seeds_filt seed 5", ["entropy-collapse"]), ("learning_seeds_ng4 seed 4", ["entropy-collapse"]),
+        ("learning_seeds_filt seed 5", ["entropy-collapse"]), ("learning_seeds_lr15e5_30 seed 1", ["entropy-collapse"]),
+        ("learning_seeds_lr1e4_40 seed 1", ["entropy-collapse"]), ("learning_seeds_ng4 seed 4", ["entropy-collapse"]),
         ("learning_seeds_order seed 1", ["entropy-collapse"])]
 
 

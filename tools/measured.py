@@ -50,6 +50,9 @@ SCREENS: list[tuple[str, str]] = [
     ("learning_seeds_filt_lr1e4", "the pass-rate filter and learning rate 1e-4 together"),
     ("learning_seeds_ng4_lr1e4", "groups of 4 and learning rate 1e-4 together"),
     ("learning_seeds_ng4_lr2e4", "groups of 4 and learning rate 2e-4 together"),
+    ("learning_seeds_b32_200", "4 prompts a step (batch 32), not 2"),
+    ("learning_seeds_lr1e4_40", "learning rate 1e-4, not 3e-4"),
+    ("learning_seeds_lr15e5_30", "learning rate 1.5e-4, not 3e-4"),
 ]
 #: Issue 37's targets for the cpu-demo recipe over 5 seeds: (what, metric, over the seeds: "min" or "mean", bound).
 TARGETS: list[tuple[str, str, str, float]] = [

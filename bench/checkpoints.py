@@ -1,0 +1,71 @@
+"""Score the GRPO checkpoints a ``bench/learning.py`` run left, on that run's own held-out sums, as it scored its end.
+
+    python bench/checkpoints.py RUN_JSON [RUN_JSON ...] --steps 30 40 [--threads 1]
+
+``RUN_JSON`` is a run's ``bench/learning.py`` output (``bench/learning_seeds.py`` keeps one per seed in its ``--out``);
+its ``run`` folder must still hold ``grpo/checkpoint-STEP`` and ``dataset``. With a constant learning rate the
+checkpoint at step 30 of a 40-step run is where a 30-step run of the same seed stands (the schedule does not depend on
+``max_steps``), so this reads a shorter recipe off a longer one without training again. Prints ONE JSON object:
+
+    {"command", "runs": [{"seed", "step", "rows", "accuracy", "format"}], "by_step": {step: {"mean", "min", "max"}}}
+
+Not a test: it never gates CI. Scoring one checkpoint on 200 sums takes about a minute on one thread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("runs", nargs="+", type=Path, help="bench/learning.py JSON files")
+    ap.add_argument("--steps", nargs="+", type=int, required=True, help="checkpoint steps to score")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
+    args = ap.parse_args()
+
+    import torch
+    from datasets import load_from_disk
+
+    from helpers.evaluation import eval_settings, evaluate
+    from helpers.models import load_model
+    from helpers.profiles import get_model_spec, get_profile
+    from helpers.tasks import get_task
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    scored = []
+    for path in args.runs:
+        out = json.loads(path.read_text())
+        run, recipe = Path(out["run"]), out["recipe"]
+        missing = [s for s in args.steps if not (run / "grpo" / f"checkpoint-{s}").is_dir()]
+        if missing:
+            raise SystemExit(f"{path}: its run folder {run} holds no checkpoint for step(s) {missing}; score the "
+                             "steps its save_steps kept (ls RUN/grpo), or train again with a smaller save_steps")
+        profile = get_profile("cpu-demo", task=out["task"], seed=recipe["seed"], check=False,
+                              max_completion_length=recipe["max_completion_length"])
+        task, kwargs = get_task(profile.task), get_model_spec(profile.model).chat_template_kwargs
+        held_out = load_from_disk(str(run / "dataset"))["eval"]
+        for step in args.steps:
+            model, tok = load_model(profile, adapter=run / "grpo" / f"checkpoint-{step}")
+            summary = evaluate(model, tok, held_out, task, eval_settings(profile), chat_template_kwargs=kwargs)["summary"]
+            scored.append({"seed": recipe["seed"], "step": step, "rows": held_out.num_rows,
+                           task.headline: summary[task.headline], task.format_metric: summary[task.format_metric]})
+            print(f"[bench/checkpoints] seed {recipe['seed']}, step {step}: {task.headline} "
+                  f"{summary[task.headline]:.3f}", file=sys.stderr, flush=True)
+    headline = get_task(json.loads(args.runs[0].read_text())["task"]).headline
+    by_step = {str(s): {"mean": round(statistics.fmean(v), 4), "min": min(v), "max": max(v)}
+               for s in args.steps if (v := [r[headline] for r in scored if r["step"] == s])}
+    print(json.dumps({"command": "python bench/checkpoints.py " + " ".join(sys.argv[1:]), "runs": scored,
+                      "by_step": by_step}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
