@@ -75,9 +75,10 @@ def diagnose(history: Sequence[dict[str, Any]], mask_truncated_completions: bool
 
     - ``entropy-collapse``: the median ``entropy`` of the last ``entropy_window`` steps is below ``entropy_drop``
       times that of the first ``entropy_window``, and most groups no longer differ (``frac_reward_zero_std`` at
-      least ``alike`` on average over those steps and the one before): a healthy run's entropy falls too, as the
-      model grows sure of right answers, but its groups keep disagreeing (0.3, not 0.25: with 0.25 a stored run
-      that fell from 37% to 16.5% went unnamed; no other stored run reads differently);
+      least ``alike`` on average over those steps and the one before), unless the held-out slice scored so far
+      (``eval_<headline>``) stands at its best and above its first reading: a healthy run's entropy falls too, as
+      the model grows sure of right answers, and once they are right its groups stop differing as well; the slice
+      tells the two apart (0.3, not 0.25: with 0.25 a stored run that fell from 37% to 16.5% went unnamed);
     - ``no-reward-spread``: ``frac_reward_zero_std`` is 1 (every group's rewards all equal) ``zero_spread_steps``
       steps in a row;
     - ``all-truncated``: ``completions/clipped_ratio`` is 1 at a step while ``mask_truncated_completions`` is on;
@@ -87,12 +88,16 @@ def diagnose(history: Sequence[dict[str, Any]], mask_truncated_completions: bool
     """
     found: list[RunWarning] = []
     entropy, spread = _series(history, "entropy"), dict(_series(history, "frac_reward_zero_std"))
+    heldout = _series(history, EVAL_PREFIX + headline)
     for i in range(2 * entropy_window - 1, len(entropy)):
         window = entropy[i - entropy_window + 1:i + 1]
         start, late = _first(entropy, entropy_window), statistics.median(v for _, v in window)
         steps = [s for s, _ in entropy[max(0, i - entropy_window):i + 1]]
         same = [spread[s] for s in steps if s in spread]
         if start > 0 and late < entropy_drop * start and same and statistics.fmean(same) >= alike:
+            scored = [v for s, v in heldout if s <= entropy[i][0]]
+            if len(scored) > 1 and scored[-1] >= max(scored) and scored[-1] > scored[0]:
+                continue  # sure of answers the held-out slice says are right: converged, not collapsed
             found.append(RunWarning("entropy-collapse", entropy[i][0], f"entropy {late:.3f}, down from {start:.3f} "
                                     f"({late / start:.0%} of the first {entropy_window} steps), and "
                                     f"{statistics.fmean(same):.0%} of the completions in groups that all scored "
@@ -115,7 +120,7 @@ def diagnose(history: Sequence[dict[str, Any]], mask_truncated_completions: bool
                                         "max_completion_length, with mask_truncated_completions=True",
                                         FIXES["all-truncated"]))
                 break
-    heldout, reward = _series(history, EVAL_PREFIX + headline), _series(history, "reward")
+    reward = _series(history, "reward")
     for i in range(heldout_falls, len(heldout)):
         window = heldout[i - heldout_falls:i + 1]
         falling = all(b[1] < a[1] for a, b in zip(window, window[1:]))
