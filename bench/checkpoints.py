@@ -40,7 +40,7 @@ def main() -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    scored = []
+    scored, headline = [], "accuracy"
     for path in args.runs:
         out = json.loads(path.read_text())
         run, recipe = Path(out["run"]), out["recipe"]
@@ -51,15 +51,16 @@ def main() -> int:
         profile = get_profile("cpu-demo", task=out["task"], seed=recipe["seed"], check=False,
                               max_completion_length=recipe["max_completion_length"])
         task, kwargs = get_task(profile.task), get_model_spec(profile.model).chat_template_kwargs
+        headline = task.headline
         held_out = load_from_disk(str(run / "dataset"))["eval"]
         for step in args.steps:
             model, tok = load_model(profile, adapter=run / "grpo" / f"checkpoint-{step}")
-            summary = evaluate(model, tok, held_out, task, eval_settings(profile), chat_template_kwargs=kwargs)["summary"]
+            summary = evaluate(model, tok, held_out, task, eval_settings(profile),
+                               chat_template_kwargs=kwargs)["summary"]
             scored.append({"seed": recipe["seed"], "step": step, "rows": held_out.num_rows,
                            task.headline: summary[task.headline], task.format_metric: summary[task.format_metric]})
             print(f"[bench/checkpoints] seed {recipe['seed']}, step {step}: {task.headline} "
                   f"{summary[task.headline]:.3f}", file=sys.stderr, flush=True)
-    headline = get_task(json.loads(args.runs[0].read_text())["task"]).headline
     by_step = {str(s): {"mean": round(statistics.fmean(v), 4), "min": min(v), "max": max(v)}
                for s in args.steps if (v := [r[headline] for r in scored if r["step"] == s])}
     print(json.dumps({"command": "python bench/checkpoints.py " + " ".join(sys.argv[1:]), "runs": scored,

@@ -153,9 +153,10 @@ def test_docs_measured_reports_every_variant_and_says_whether_the_targets_hold()
 
     doc = render_doc()
     assert SCREENS, "no recipe variant listed"
+    recipe = load(SEEDS)
     for file, what in SCREENS:
         assert (MEASURED / f"{file}.json").is_file(), f"{file}.json, a variant docs/measured.md lists, is missing"
-        screen, recipe = load(file), load(SEEDS)
+        screen = load(file)
         label = what + differs(screen, recipe)
         assert f"| {label} | `{file}.json` |" in doc
         # a variant run longer or scored on more sums says so where it is compared with the recipe

@@ -83,7 +83,8 @@ PATH_MARKERS = {
            "REWARDS = TASK.rewards_for(", "SFTTrainer(", "config = GRPOConfig(**ASKED)", "trainer = GRPOTrainer(",
            "trainer.train(resume_from_checkpoint="),
     "04": ("PROFILE = get_profile()", "ADAPTER = ensure_adapter(",
-           "model, tokenizer = FastLanguageModel.from_pretrained(", "SETTINGS = eval_settings(", "results = evaluate_adapters(", "save_pretrained_merged(", "verify_merged("),
+           "model, tokenizer = FastLanguageModel.from_pretrained(", "SETTINGS = eval_settings(",
+           "results = evaluate_adapters(", "save_pretrained_merged(", "verify_merged("),
 }
 #: Cells the check does not run, with the reason.
 SKIP_MARKERS = {

@@ -528,10 +528,9 @@ def stats(runs: dict[int, dict]) -> dict[str, dict[str, float]]:
 
 def differs(screen: dict, sweep: dict) -> str:
     """What a variant's sweep ran otherwise than the recipe's, beside the knob it names: ``"; 40 steps"``, or ``""``."""
-    said = [f"{screen['steps']} steps" if screen["steps"] != sweep["steps"] else "",
-            f"{screen.get('eval_rows', 200)} held-out sums" if screen.get("eval_rows", 200) != sweep.get("eval_rows", 200)
-            else ""]
-    return "".join(f"; {x}" for x in said if x)
+    mine, theirs = (dict(s, eval_rows=s.get("eval_rows", 200)) for s in (screen, sweep))  # older sweeps: 200
+    return "".join(f"; {mine[key]} {what}" for key, what in (("steps", "steps"), ("eval_rows", "held-out sums"))
+                   if mine[key] != theirs[key])
 
 
 def shortfall(runs: dict[int, dict]) -> float:
@@ -645,12 +644,13 @@ def render_seeds() -> list[str]:
     if threads_note(sweep, by):
         lines += ["", *threads_note(sweep, by)]
     if SCREENS:
-        screens = [(file, what + differs(load(file), sweep), sweep_runs(load(file))) for file, what in SCREENS
-                   if (MEASURED / f"{file}.json").is_file()]
+        screens = [(file, what + differs(screen, sweep), sweep_runs(screen)) for file, what in SCREENS
+                   if (MEASURED / f"{file}.json").is_file() for screen in [load(file)]]
         seeds = list(dict.fromkeys([*by, *(sd for _, _, runs in screens for sd in runs)]))
         lines += ["", "### Every variant measured beside it", "",
                   "Each row changes one thing in the course's recipe, or two where it says so (the same "
-                  f"{sweep['steps']} steps and {rows} held-out sums unless it says otherwise) and is a stored sweep (`bench/learning_seeds.py` over the runs' own "
+                  f"{sweep['steps']} steps and {rows} held-out sums unless it says otherwise) and is a stored sweep "
+                  "(`bench/learning_seeds.py` over the runs' own "
                   "`bench/learning.py` JSON). Most were run on fewer seeds than the recipe: compare a cell with the "
                   "course's in the same column. A cell reads after the warm-up → after GRPO (GRPO's own gain, "
                   "points); \"named\" is what `helpers.watch.diagnose` finds in the run's stored history.", "",
@@ -689,14 +689,14 @@ def render_seeds() -> list[str]:
                                   f"{100 * shortfall(own):.1f} points short.")
             many = [c for c in closest if len(c[3]) >= 3]
             full = [c for c in closest if len(c[3]) >= len(by)]
-            if full:
+            if full and not beats:
                 n = len(full)
                 lines[-1] += (f" {n} variant{'s were' if n > 1 else ' was'} measured on the recipe's {len(by)} seeds "
                               f"and {'none meets' if n > 1 else 'it does not meet'} the targets, so the course keeps "
                               f"its recipe; the closest is {min(full, key=lambda c: c[0])[1]}."
                               + (" The others were run on too few seeds to replace it." if len(full) < len(closest)
                                  else ""))
-            else:
+            elif not full:
                 lines[-1] += (" None was measured on enough seeds to replace the course's recipe, whose own seeds "
                               "spread as far as the table shows"
                               + (f"; the one to measure on five seeds next is the closest on three: "
