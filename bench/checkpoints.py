@@ -5,7 +5,9 @@
 ``RUN_JSON`` is a run's ``bench/learning.py`` output (``bench/learning_seeds.py`` keeps one per seed in its ``--out``);
 its ``run`` folder must still hold ``grpo/checkpoint-STEP`` and ``dataset``. With a constant learning rate the
 checkpoint at step 30 of a 40-step run is where a 30-step run of the same seed stands (the schedule does not depend on
-``max_steps``), so this reads a shorter recipe off a longer one without training again. Prints ONE JSON object:
+``max_steps``), so this reads a shorter recipe off a longer one without training again: the 30-step runs of
+``learning_seeds_lr1e4_30.json`` ended where ``checkpoints_lr1e4_40.json`` scored the same seeds' step-30 checkpoints,
+on every seed (one thread a run). Prints ONE JSON object:
 
     {"command", "runs": [{"seed", "step", "rows", "accuracy", "format"}], "by_step": {step: {"mean", "min", "max"}}}
 

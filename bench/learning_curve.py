@@ -6,8 +6,9 @@ Trains like ``bench/learning.py`` (the task's warm-up, then ``helpers.training.t
 no time budget and ``max_steps`` steps (``--set max_steps=40``), and evaluates the same ``--eval-rows`` held-out rows
 (greedy) after the warm-up and after every ``--every`` GRPO steps, through a callback (the evaluations are not in
 the step times). Prints ONE JSON object: ``{"task", "headline", "curve": [[step, headline, format], ...],
-"seconds_per_step", "recipe", "precision", "machine"}``. It is what chose ``cpu-demo``'s step count: where the curve
-flattens. Not a test: it never gates CI.
+"seconds_per_step", "recipe", "precision", "machine"}``. It chose ``cpu-demo``'s earlier 20 steps at 3e-4, where that
+curve flattens (``bench/checkpoints.py``, scoring a sweep's checkpoints, chose the present 30 at 1e-4). Not a test: it
+never gates CI.
 """
 
 from __future__ import annotations

@@ -39,7 +39,8 @@ class RunWarning:
 #: What each warning means and what to change (notebook 03's troubleshooting maps the same names).
 FIXES: dict[str, str] = {
     "entropy-collapse": "the policy has become near-deterministic, so its groups no longer differ and learning stops. "
-                        "Lower learning_rate (3e-4 -> 1e-4 on cpu-demo), raise temperature, or set beta > 0 to stay "
+                        "Lower learning_rate (a third: on cpu-demo 3e-4 collapsed runs that 1e-4 did not), raise "
+                        "temperature, or set beta > 0 to stay "
                         "near the start model; restart from the warm-up adapter rather than this checkpoint",
     "no-reward-spread": "every completion of every group scored the same, so every advantage is 0 and the loss "
                         "gives no gradient. All wrong: an easier level, a warm-up, or partial-credit rewards. All "

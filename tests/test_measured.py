@@ -146,14 +146,28 @@ def test_the_notebooks_cite_the_learning_benchmark_as_it_printed():
         *[pct(s["accuracy"]) for s in sides], *[pct(rate(s, "format")) for s in sides])) in text("04_merge_and_inference")
 
 
+def test_the_headline_sweep_is_the_cpu_demo_recipe():
+    """The README's seeds ran the profile the course trains: its steps, and every field the sweep set as the
+    profile has it (a recipe change without a new sweep fails here)."""
+    from tools.measured import SEEDS
+
+    sweep, demo = load(SEEDS), PROFILES["cpu-demo"]
+    assert sweep["steps"] == demo.max_steps, f"{SEEDS}.json ran {sweep['steps']} steps, cpu-demo trains {demo.max_steps}"
+    for key, value in (kv.split("=", 1) for kv in sweep["set"]):
+        assert float(value) == float(getattr(demo, key)), f"{SEEDS}.json set {key}={value}; cpu-demo has {getattr(demo, key)}"
+    one = load("learning")["recipe"]  # the seed-3407 run the notebooks quote
+    assert (one["max_steps"], one["learning_rate"]) == (demo.max_steps, demo.learning_rate), "rerun bench/learning.py"
+
+
 def test_docs_measured_reports_every_variant_and_says_whether_the_targets_hold():
     """Issue 37: every recipe variant measured is in the table, also those that did not help, and the targets'
     verdict follows the stored seeds (a recipe that misses them cannot be reported as meeting them)."""
-    from tools.measured import MEASURED, SCREENS, SEEDS, TARGETS, differs, render, render_doc, stats, sweep_runs
+    from tools.measured import BEFORE, MEASURED, SCREENS, SEEDS, TARGETS, differs, render, render_doc, stats, sweep_runs
 
     doc = render_doc()
     assert SCREENS, "no recipe variant listed"
-    recipe = load(SEEDS)
+    recipe = load(BEFORE)  # the variants each change the earlier recipe, which the table lists under the course's
+    assert f"`{SEEDS}.json` |" in doc and f"`{BEFORE}.json` |" in doc
     for file, what in SCREENS:
         assert (MEASURED / f"{file}.json").is_file(), f"{file}.json, a variant docs/measured.md lists, is missing"
         screen = load(file)

@@ -306,7 +306,7 @@ def test_switching_to_the_json_task_keeps_the_sizes_and_applies_the_tasks_settin
                                                     (min(base.num_generations, 4), 1e-4))
     recipe = {k for k in ("max_steps", "num_generations", "learning_rate") if getattr(p, k) != getattr(base, k)}
     assert set(profile_delta(base, p)) == {"task", "task_level", "warmup_level", "max_completion_length"} | recipe
-    assert recipe == (set() if name != "cpu-demo" else {"max_steps", "num_generations", "learning_rate"})
+    assert recipe == (set() if name != "cpu-demo" else {"max_steps", "num_generations"})  # cpu-demo: 1e-4 too
 
 
 def test_overrides_come_on_top_of_the_tasks_settings():

@@ -31,9 +31,14 @@ INSTRUCTOR = ROOT / "docs" / "instructor.md"
 DOC = ROOT / "docs" / "measured.md"
 FIGURE = ROOT / "docs" / "figures" / "learning.png"
 #: The cpu-demo recipe over five seeds (bench/learning_seeds.py), the README's headline and its figure.
-SEEDS = "learning_seeds_cpu_demo"
-#: Every recipe variant measured beside it, also those that did not help: (file, what it changed), in the order
-#: measured. Each file is a ``bench/learning_seeds.py`` sweep (its ``set`` says the change).
+SEEDS = "learning_seeds_lr1e4_30"
+#: The recipe before it (learning rate 3e-4, 20 steps), over the same five seeds: what every variant changed.
+BEFORE = "learning_seeds_cpu_demo"
+BEFORE_KNOBS, BEFORE_STEPS = "learning rate 3e-4, 20 steps", 20
+BEFORE_WHAT = f"the earlier recipe: {BEFORE_KNOBS}"
+#: Every recipe variant measured beside the earlier recipe, also those that did not help: (file, what it changed
+#: in that recipe), in the order measured. Each file is a ``bench/learning_seeds.py`` sweep (its ``set`` says the
+#: change).
 SCREENS: list[tuple[str, str]] = [
     ("learning_seeds_b32", "4 prompts a step (batch 32), not 2"),
     ("learning_seeds_t07", "temperature 0.7, not 1.0"),
@@ -53,6 +58,7 @@ SCREENS: list[tuple[str, str]] = [
     ("learning_seeds_b32_200", "4 prompts a step (batch 32), not 2"),
     ("learning_seeds_lr1e4_40", "learning rate 1e-4, not 3e-4"),
     ("learning_seeds_lr15e5_30", "learning rate 1.5e-4, not 3e-4"),
+    ("learning_seeds_wu48_lr1e4_30", "a warm-up of 48 sums, not 16, and learning rate 1e-4"),
 ]
 #: Issue 37's targets for the cpu-demo recipe over 5 seeds: (what, metric, over the seeds: "min" or "mean", bound).
 TARGETS: list[tuple[str, str, str, float]] = [
@@ -145,22 +151,29 @@ def render_details() -> list[str]:
         (precision, means), = sweep["by_precision"].items()
         return {r["seed"]: r for r in sweep["runs"] if r["precision"] == precision}, means
 
-    if (MEASURED / "learning_seeds20.json").is_file():  # the same recipe, other seeds: how lucky is the one above
+    sweep = load(sweep_name())
+    if alone_minutes(sweep) is not None and learning["recipe"]["seed"] in sweep_runs(sweep):  # the same recipe
+        by, st = sweep_runs(sweep), stats(sweep_runs(sweep))
+        lines[-1] += (f" That is seed {learning['recipe']['seed']} on {learning['machine']['threads']} threads; the "
+                      f"sweep at the top of this page ran the same recipe on {len(by)} seeds, one thread each: "
+                      f"{pct(st['after']['min'])} to {pct(st['after']['max'])} after GRPO, "
+                      f"{pct(st['after']['mean'])} on average (seed {learning['recipe']['seed']} there: "
+                      f"{pct(by[learning['recipe']['seed']]['after'])}). The seed draws the sums (for training and "
+                      "held out), the warm-up's examples, the fresh adapter and every sample, and a run this short "
+                      "depends on them: read one run's number with that spread in mind.")
+    if (MEASURED / "learning_seeds20.json").is_file():  # the earlier recipe on three seeds, 200 sums
         s20 = load("learning_seeds20")
         by, mean = by_seed(s20)
-        best = by[learning["recipe"]["seed"]]["after"] == max(r["after"] for r in by.values())
-        lines[-1] += (f" That is seed {learning['recipe']['seed']}, {'the best' if best else 'one'} of {len(by)} seeds "
-                      "of the same recipe "
+        lines += ["", f"The earlier recipe ({BEFORE_KNOBS}) on three seeds and 200 held-out sums, by an older harness "
                       f"(`bench/learning_seeds.py --steps {s20['steps']}`, `learning_seeds20.json`): "
                       + "; ".join(f"seed {s} {pct(r['after_warmup'])} → {pct(r['after'])} ({100 * r['grpo_gain']:+.0f})"
                                   for s, r in by.items())
                       + f", a mean of {pct(mean['after']['mean'])} after GRPO and a gain of "
-                        f"{100 * mean['grpo_gain']['mean']:+.1f} points. The seed draws the sums (for training and "
-                        "held out), the warm-up's examples, the fresh adapter and every sample, and a run this short "
-                        "depends on them: read one run's number with that spread in mind.")
+                        f"{100 * mean['grpo_gain']['mean']:+.1f} points."]
         if (MEASURED / "learning_seeds20_wu48.json").is_file():  # a steadier start, tried on the same seeds
             wu = load("learning_seeds20_wu48")
             (wby, wm), changed = by_seed(wu), dict(kv.split("=", 1) for kv in wu["set"])
+            first = next(iter(wby))
             lines[-1] += (f" With a warm-up of {changed['warmup_examples']} single-digit sums instead of "
                           f"{learning['recipe']['warmup_examples']} (`learning_seeds20_wu48.json`) the same seeds "
                           "went: "
@@ -168,12 +181,11 @@ def render_details() -> list[str]:
                                       for sd, r in wby.items())
                           + f". The three ended within {100 * (wm['after']['max'] - wm['after']['min']):.1f} points "
                             f"of each other, {pct(wm['after']['mean'])} on average, but GRPO's own gain fell to a mean "
-                            f"of {100 * wm['grpo_gain']['mean']:+.1f} points, and the course's seed ended at "
-                            f"{pct(wby[learning['recipe']['seed']]['after'])} instead of {pct(after['accuracy'])}. "
+                            f"of {100 * wm['grpo_gain']['mean']:+.1f} points, and seed {first} ended at "
+                            f"{pct(wby[first]['after'])} instead of {pct(by[first]['after'])}. "
                             f"The course keeps {learning['recipe']['warmup_examples']}: the two means are close "
                             f"({pct(mean['after']['mean'])} and {pct(wm['after']['mean'])}), and with more warm-up "
-                            "GRPO's own share of the learning shrinks. A recipe that is both steady and leaves the "
-                            "learning to GRPO is open work.")
+                            "GRPO's own share of the learning shrinks.")
     if (MEASURED / "learning_curve.json").is_file():
         def points(c: dict) -> str:
             return ", ".join(f"{pct(h)} at step {step}" for step, h, _ in c["curve"])
@@ -182,15 +194,29 @@ def render_details() -> list[str]:
         from helpers.tasks.orders import CPU_MAX_STEPS
 
         cur = load("learning_curve")
-        lines += ["", f"Step by step (`bench/learning_curve.py`, {cur['eval']['rows']} held-out sums, greedy, seed "
-                      f"{cur['recipe']['seed']}): accuracy {points(cur)} (0: after the warm-up). That plateau is why "
-                      f"`cpu-demo` trains {learning['recipe']['max_steps']} steps."]
+        if cur["recipe"]["learning_rate"] == learning["recipe"]["learning_rate"]:
+            lines += ["", f"Step by step (`bench/learning_curve.py`, {cur['eval']['rows']} held-out sums, greedy, seed "
+                          f"{cur['recipe']['seed']}): accuracy {points(cur)} (0: after the warm-up). That plateau is "
+                          f"why `cpu-demo` trains {learning['recipe']['max_steps']} steps."]
+        else:
+            lines += ["", f"Step by step, the earlier recipe at learning rate {cur['recipe']['learning_rate']:g} "
+                          f"(`bench/learning_curve.py`, {cur['eval']['rows']} held-out sums, greedy, seed "
+                          f"{cur['recipe']['seed']}): accuracy {points(cur)} (0: after the warm-up); that plateau "
+                          f"chose its {BEFORE_STEPS} steps."]
+            if (MEASURED / "checkpoints_lr1e4_40.json").is_file():
+                ck = load("checkpoints_lr1e4_40")["by_step"]
+                lines[-1] += (f" At {learning['recipe']['learning_rate']:g} the runs learned for longer: the five "
+                              "40-step runs (`learning_seeds_lr1e4_40.json`), their checkpoints scored on 200 "
+                              f"held-out sums (`checkpoints_lr1e4_40.json`), stood at {pct(ck['30']['mean'])} on "
+                              f"average at step 30 ({pct(ck['30']['min'])} to {pct(ck['30']['max'])}) and "
+                              f"{pct(ck['40']['mean'])} at step 40 ({pct(ck['40']['min'])} to "
+                              f"{pct(ck['40']['max'])}): `cpu-demo` trains {learning['recipe']['max_steps']} steps.")
         runs_beside = {  # more runs, each reported in one sentence when its file is there
             "learning_curve_json": lambda c: f" The JSON task's exact match, on its CPU recipe (groups of "
                                              f"{c['recipe']['num_generations']}, learning rate "
                                              f"{c['recipe']['learning_rate']:g}): {points(c)}; on a CPU it trains at "
                                              f"most {CPU_MAX_STEPS} steps (`helpers.tasks.orders.CPU_MAX_STEPS`).",
-            "learning_curve_json_g8": lambda c: f" On notebook 03's recipe (groups of {c['recipe']['num_generations']}, "
+            "learning_curve_json_g8": lambda c: f" On notebook 03's recipe then (groups of {c['recipe']['num_generations']}, "
                                                 f"{c['recipe']['learning_rate']:g}), its recipe before: {points(c)}, "
                                                 "every order ending up `\"standard\"`.",
             "learning_curve_json_t13": lambda c: f" Sampled at temperature {c['recipe']['temperature']:g} instead of "
@@ -232,7 +258,7 @@ def render_details() -> list[str]:
             return f"{f(bp[p][m]['mean'])} ({f(bp[p][m]['min'])} to {f(bp[p][m]['max'])})"
 
         lines += ["", f"bf16 against float32 on the earlier machine where bf16 was faster (`bench/learning_seeds.py`, "
-                      f"the recipe before `cpu-demo` was cut to {learning['recipe']['max_steps']} steps: seeds "
+                      f"the recipe before `cpu-demo` was cut to {BEFORE_STEPS} steps: seeds "
                       f"{', '.join(map(str, ls['seeds']))}, {ls['steps']} GRPO steps each, the mean and the range of "
                       f"{n} runs): after GRPO {span('bf16', 'after')} with bf16 (what that CPU picked), "
                       f"{span('fp32', 'after')} in float32; after the warm-up {span('bf16', 'after_warmup')} and "
@@ -471,7 +497,13 @@ def render() -> str:
     ]
     quiet = [r["train_seconds"] for r in by.values()
              if r.get("train_seconds") and max(x or 0 for x in r.get("loadavg_1min") or [0]) < 2.5]
-    if train:
+    alone = alone_minutes(sweep)
+    if alone is not None and train:  # the recipe as a learner runs it, then the sweep's one-thread runs
+        lines.append(f"| ... training time a seed (warm-up and GRPO, {sweep['steps']} steps) | {alone:.1f} min on "
+                     f"{load('learning')['machine']['threads']} threads, alone on the machine (`learning.json`); "
+                     f"{min(train) / 60:.1f} to {max(train) / 60:.1f} min on one thread each in the sweep | "
+                     f"`learning.json`, `{name}.json` |")
+    elif train:
         lines.append(f"| ... training time a seed (warm-up and GRPO, {sweep['steps']} steps) | "
                      f"{min(train) / 60:.1f} to {max(train) / 60:.1f} min"
                      + (f" ({', '.join(f'{q / 60:.1f}' for q in quiet)} alone on the machine; the others shared "
@@ -551,29 +583,45 @@ def named(r: dict) -> list[str]:
 
 def threads_note(sweep: dict, by: dict[int, dict]) -> list[str]:
     """The same recipe and seed on another thread count, where a stored run has one: does the run end alike?"""
-    pairs = []
+    pairs = []  # (sentence, ended alike: within 5 points)
     if (MEASURED / "learning.json").is_file():
         one = load("learning")
         seed, threads = one["recipe"]["seed"], one["machine"]["threads"]
-        if seed in by and threads != sweep.get("threads"):
+        if seed in by and threads != sweep.get("threads") and alone_minutes(sweep) is not None:
             r = by[seed]
-            pairs.append(f"`learning.json`, the course's recipe on seed {seed} with {threads} threads: "
-                         f"{pct(one['after_warmup']['accuracy'])} → {pct(one['after']['accuracy'])}; here, with "
-                         f"{sweep.get('threads')}: {pct(r['after_warmup'])} → {pct(r['after'])}")
+            pairs.append((f"the course's recipe on seed {seed}, {pct(one['after_warmup']['accuracy'])} → "
+                          f"{pct(one['after']['accuracy'])} with {threads} threads (`learning.json`) and "
+                          f"{pct(r['after_warmup'])} → {pct(r['after'])} with {sweep.get('threads')} (above)",
+                          abs(one["after"]["accuracy"] - r["after"]) <= 0.05))
     if (MEASURED / "learning_curve_ng4.json").is_file() and (MEASURED / "history_ng4.json").is_file():
         two, one = load("learning_curve_ng4"), load("history_ng4")
         if two["machine"].get("threads") != one["machine"]["threads"]:
-            pairs.append(f"groups of {one['recipe']['num_generations']} on seed {one['recipe']['seed']}: "
-                         f"{two['curve'][0][1]:.0%} → {two['curve'][-1][1]:.0%} with {two['machine']['threads']} "
-                         f"threads (`learning_curve_ng4.json`), {pct(one['after_warmup']['accuracy'])} → "
-                         f"{pct(one['after']['accuracy'])} with {one['machine']['threads']} (`history_ng4.json`)")
+            pairs.append((f"groups of {one['recipe']['num_generations']} at 3e-4 on seed {one['recipe']['seed']}, "
+                          f"{two['curve'][0][1]:.0%} → {two['curve'][-1][1]:.0%} with {two['machine']['threads']} "
+                          f"threads (`learning_curve_ng4.json`, an older harness: no held-out slice while training, no "
+                          f"trackio, another held-out sample) and {pct(one['after_warmup']['accuracy'])} → "
+                          f"{pct(one['after']['accuracy'])} with {one['machine']['threads']} (`history_ng4.json`)",
+                          abs(two["curve"][-1][1] - one["after"]["accuracy"]) <= 0.05))
     if not pairs:
         return []
-    return ["The same recipe and seed measured earlier on 2 threads, by an older harness (no held-out slice while "
-            "training, no trackio, another held-out sample): " + "; ".join(pairs) + ". So the seed alone does not "
-            "decide whether a run learns or collapses; the thread count (which changes how the CPU rounds its sums) "
-            "is one candidate, not shown: it would take this code on 2 threads, same seed. Either way, one run's "
-            "number is a draw from a spread, not the recipe's value."]
+    text = "The same recipe and seed on two thread counts: " + "; ".join(p for p, _ in pairs) + "."
+    if any(not alike for _, alike in pairs):
+        text += (" Where the two ended far apart, the seed alone did not decide whether the run learned or collapsed; "
+                 "the thread count (which changes how the CPU rounds its sums) is one candidate, not shown. Either "
+                 "way, one run's number is a draw from a spread, not the recipe's value.")
+    return [text]
+
+
+def alone_minutes(sweep: dict) -> float | None:
+    """``learning.json``'s training minutes (warm-up and GRPO, alone on the machine) where it ran ``sweep``'s recipe:
+    the same steps and the same changed fields; else None."""
+    if not (MEASURED / "learning.json").is_file():
+        return None
+    one = load("learning")
+    recipe = {k: str(v) for k, v in one["recipe"].items()}
+    same = one["steps"] == sweep["steps"] and all(recipe.get(k) is not None and float(recipe[k]) == float(v)
+                                                  for k, v in (kv.split("=", 1) for kv in sweep.get("set", [])))
+    return one["train_seconds"] / 60 if same else None  # train_seconds holds the warm-up
 
 
 def render_seeds() -> list[str]:
@@ -606,13 +654,22 @@ def render_seeds() -> list[str]:
     show = lambda metric, x: f"{100 * x:+.1f} points" if metric == "grpo_gain" else pct(x)  # noqa: E731
     verdicts = [f"{label} ≥ {show_target(metric, bound)}: {show(metric, mean[metric][over])}, "
                 f"{'met' if mean[metric][over] >= bound else 'NOT met'}" for label, metric, over, bound in TARGETS]
-    if train:
+    alone = alone_minutes(sweep)
+    if alone is not None:  # the recipe alone on the machine's threads, as a learner runs it (bench/learning.py)
+        verdicts.append(f"training ≤ {TRAIN_MINUTES} min a seed: {alone:.1f} min for seed "
+                        f"{load('learning')['recipe']['seed']} alone on the machine (`learning.json`, "
+                        f"{load('learning')['machine']['threads']} threads); "
+                        f"{'met' if alone <= TRAIN_MINUTES else 'NOT met'}")
+    elif train:
         verdicts.append(f"training ≤ {TRAIN_MINUTES} min a seed: {min(train):.1f} to {max(train):.1f} min, "
                         f"{'met' if max(train) <= TRAIN_MINUTES else 'NOT met'}")
-    met = all(v.endswith(", met") for v in verdicts)
+    met = all(v.endswith(", met") or v.endswith("; met") for v in verdicts)
     lines += ["", f"The targets set for this recipe ({len(by)} seeds): " + "; ".join(verdicts) + ". "
-              + ("Every target is met." if met else "**The recipe does not meet them**: the course keeps it, "
-                 "and the runs below are what was tried.")]
+              + ("Every target is met." if met else "**The recipe does not meet them**; the runs below are what "
+                 "was tried.")]
+    if alone is not None and train:
+        lines[-1] += (f" (The sweep's runs took {min(train):.1f} to {max(train):.1f} min: one thread each, most of them "
+                      "beside another run on the 2 cores.)")
     spread = sorted(by.items(), key=lambda kv: kv[1]["after"])
     (low_seed, low), (high_seed, high) = spread[0], spread[-1]
     starts, ends = [r["after_warmup"] for r in by.values()], [r["after"] for r in by.values()]
@@ -644,21 +701,27 @@ def render_seeds() -> list[str]:
     if threads_note(sweep, by):
         lines += ["", *threads_note(sweep, by)]
     if SCREENS:
-        screens = [(file, what + differs(screen, sweep), sweep_runs(screen)) for file, what in SCREENS
+        before = load(BEFORE)
+        screens = [(file, what + differs(screen, before), sweep_runs(screen)) for file, what in SCREENS
                    if (MEASURED / f"{file}.json").is_file() for screen in [load(file)]]
+        earlier = f"{BEFORE_WHAT}; {before.get('eval_rows', 200)} held-out sums"
+        screens.insert(0, (BEFORE, earlier, sweep_runs(before)))
         seeds = list(dict.fromkeys([*by, *(sd for _, _, runs in screens for sd in runs)]))
-        lines += ["", "### Every variant measured beside it", "",
-                  "Each row changes one thing in the course's recipe, or two where it says so (the same "
-                  f"{sweep['steps']} steps and {rows} held-out sums unless it says otherwise) and is a stored sweep "
-                  "(`bench/learning_seeds.py` over the runs' own "
-                  "`bench/learning.py` JSON). Most were run on fewer seeds than the recipe: compare a cell with the "
+        lines += ["", "### Every variant measured", "",
+                  f"The first row is the course's recipe, the second the recipe before it ({BEFORE_KNOBS}). Each "
+                  "other row changes one thing in that earlier recipe, or two where it says so (the same "
+                  f"{before['steps']} steps and {before.get('eval_rows', 200)} held-out sums unless it says "
+                  "otherwise), and is a stored sweep (`bench/learning_seeds.py` over the runs' own "
+                  "`bench/learning.py` JSON). Most were run on fewer seeds: compare a cell with the "
                   "course's in the same column. A cell reads after the warm-up → after GRPO (GRPO's own gain, "
                   "points); \"named\" is what `helpers.watch.diagnose` finds in the run's stored history.", "",
                   "| variant | file | " + " | ".join(f"seed {sd}" for sd in seeds)
                   + " | format (lowest) | training (min) | named |",
                   "|---|---|" + "---|" * len(seeds) + "---|---|---|"]
         closest = []
-        for what, file, runs in [("the course's recipe", name, by)] + [(w, f, r) for f, w, r in screens]:
+        recipe_what = "the course's recipe: " + "; ".join([*(f"`{kv}`" for kv in sweep.get("set", [])),
+                                                            f"{sweep['steps']} steps", f"{rows} held-out sums"])
+        for what, file, runs in [(recipe_what, name, by)] + [(w, f, r) for f, w, r in screens]:
             cells = [f"{pct(runs[sd]['after_warmup'])} → {pct(runs[sd]['after'])} "
                      f"({100 * runs[sd]['grpo_gain']:+.0f})" if sd in runs else "" for sd in seeds]
             warn = "; ".join(f"seed {sd}: {', '.join(named(r))}" for sd, r in runs.items() if named(r))
@@ -690,11 +753,15 @@ def render_seeds() -> list[str]:
             many = [c for c in closest if len(c[3]) >= 3]
             full = [c for c in closest if len(c[3]) >= len(by)]
             if full and not beats:
-                n = len(full)
-                lines[-1] += (f" {n} variant{'s were' if n > 1 else ' was'} measured on the recipe's {len(by)} seeds "
-                              f"and {'none meets' if n > 1 else 'it does not meet'} the targets, so the course keeps "
-                              f"its recipe; the closest is {min(full, key=lambda c: c[0])[1]}."
-                              + (" The others were run on too few seeds to replace it." if len(full) < len(closest)
+                best = min(full, key=lambda c: c[0])
+                lines[-1] += (f" Of the {len(full) + 1} recipes measured on all {len(by)} seeds (the course's "
+                              f"among them), none meets the targets; "
+                              + (f"the course's is the closest, {100 * shortfall(by):.1f} points short, against "
+                                 f"{100 * best[0]:.1f} for the next ({best[1]})."
+                                 if shortfall(by) <= best[0] else
+                                 f"the closest is {best[1]}, {100 * best[0]:.1f} points short, against "
+                                 f"{100 * shortfall(by):.1f} for the course's.")
+                              + (" The others were run on too few seeds to compare." if len(full) < len(closest)
                                  else ""))
             elif not full:
                 lines[-1] += (" None was measured on enough seeds to replace the course's recipe, whose own seeds "

@@ -26,9 +26,9 @@ from . import Task, distinct_rows
 from .reasoning import find_numbers
 
 TOOL_NAME = "calculator"
-#: The CPU recipe (cpu-demo; cpu-smoke keeps its smaller sizes): 64 warm-up sums, 5 GRPO steps, 64 tokens a
-#: rollout, 100 held-out products.
-CPU_WARMUP, CPU_MAX_STEPS, CPU_COMPLETION, CPU_EVAL = 64, 5, 64, 100
+#: The CPU recipe (cpu-demo; cpu-smoke keeps its smaller sizes): 64 warm-up sums, 5 GRPO steps at learning rate
+#: 3e-4 (what bench/measured/tools.json measured), 64 tokens a rollout, 100 held-out products.
+CPU_WARMUP, CPU_MAX_STEPS, CPU_COMPLETION, CPU_EVAL, CPU_LEARNING_RATE = 64, 5, 64, 100, 3e-4
 #: On a GPU (estimated, not measured here): Qwen's longer turns, and fewer steps than notebook 03's GSM8K.
 GPU_MAX_STEPS, GPU_COMPLETION = 60, 128
 SYSTEM_PROMPT = ("You are a careful assistant. For arithmetic, call the calculator, then reply with the number "
@@ -184,8 +184,8 @@ class ToolArithmeticTask(Task):
                 "malformed": float(unparsed + error_replies(completion)), "answered": float(answer is not None)}
 
     def settings(self, profile: Any) -> dict[str, Any]:
-        """The products after a warm-up on sums; on a CPU a longer warm-up and fewer GRPO steps than notebook 03's
-        (``bench/measured/tools.json``); on a GPU the Qwen model calls tools already, and gets no warm-up."""
+        """The products after a warm-up on sums; on a CPU a longer warm-up, fewer GRPO steps and a higher learning
+        rate than notebook 03's (``bench/measured/tools.json``); on a GPU the Qwen model calls tools already, and gets no warm-up."""
         if profile.backend == "unsloth":
             return {"task_level": "products", "warmup_level": "sums", "max_completion_length": GPU_COMPLETION,
                     "max_steps": min(profile.max_steps, GPU_MAX_STEPS)}
@@ -193,4 +193,5 @@ class ToolArithmeticTask(Task):
         return {"task_level": "products", "warmup_level": "sums", "max_completion_length": CPU_COMPLETION,
                 "max_steps": min(profile.max_steps, CPU_MAX_STEPS),
                 "warmup_examples": CPU_WARMUP if full else profile.warmup_examples,
+                "learning_rate": CPU_LEARNING_RATE if full else profile.learning_rate,
                 "eval_prompts": min(profile.eval_prompts, CPU_EVAL if full else 4)}

@@ -340,7 +340,8 @@ def test_settings_when_a_profile_switches_to_arithmetic():
                                                     "max_completion_length": 32}
     assert TASK.settings(PROFILES["colab-t4"]) == {"task_level": "gsm8k", "warmup_level": "add1",
                                                    "max_completion_length": 256}
-    longer = PROFILES["cpu-demo"].with_overrides(max_steps=CPU_MAX_STEPS + 30)  # a CPU run longer than the cap
+    # a CPU run longer than the JSON task's cap, at a rate other than its own
+    longer = PROFILES["cpu-demo"].with_overrides(max_steps=CPU_MAX_STEPS + 30, learning_rate=3e-4)
     json_profile = longer.with_overrides(task="json", **get_task("json").settings(longer))
     back = json_profile.with_overrides(task="arithmetic", **TASK.settings(json_profile))
     # switching back restores the profile's own arithmetic settings; not the JSON task's CPU recipe, which
