@@ -153,7 +153,8 @@ def render_details() -> list[str]:
 
     sweep = load(sweep_name())
     if alone_minutes(sweep) is not None and learning["recipe"]["seed"] in sweep_runs(sweep):  # the same recipe
-        by, st = sweep_runs(sweep), stats(sweep_runs(sweep))
+        by = sweep_runs(sweep)
+        st = stats(by)
         lines[-1] += (f" That is seed {learning['recipe']['seed']} on {learning['machine']['threads']} threads; the "
                       f"sweep at the top of this page ran the same recipe on {len(by)} seeds, one thread each: "
                       f"{pct(st['after']['min'])} to {pct(st['after']['max'])} after GRPO, "
@@ -204,9 +205,10 @@ def render_details() -> list[str]:
                           f"{cur['recipe']['seed']}): accuracy {points(cur)} (0: after the warm-up); that plateau "
                           f"chose its {BEFORE_STEPS} steps."]
             if (MEASURED / "checkpoints_lr1e4_40.json").is_file():
-                ck = load("checkpoints_lr1e4_40")["by_step"]
-                lines[-1] += (f" At {learning['recipe']['learning_rate']:g} the runs learned for longer: the five "
-                              "40-step runs (`learning_seeds_lr1e4_40.json`), their checkpoints scored on 200 "
+                scored = load("checkpoints_lr1e4_40")
+                ck, n = scored["by_step"], len({r["seed"] for r in scored["runs"]})
+                lines[-1] += (f" At {learning['recipe']['learning_rate']:g} the runs learned for longer: the "
+                              f"40-step runs of {n} seeds (`learning_seeds_lr1e4_40.json`), their checkpoints scored on 200 "
                               f"held-out sums (`checkpoints_lr1e4_40.json`), stood at {pct(ck['30']['mean'])} on "
                               f"average at step 30 ({pct(ck['30']['min'])} to {pct(ck['30']['max'])}) and "
                               f"{pct(ck['40']['mean'])} at step 40 ({pct(ck['40']['min'])} to "
@@ -216,8 +218,9 @@ def render_details() -> list[str]:
                                              f"{c['recipe']['num_generations']}, learning rate "
                                              f"{c['recipe']['learning_rate']:g}): {points(c)}; on a CPU it trains at "
                                              f"most {CPU_MAX_STEPS} steps (`helpers.tasks.orders.CPU_MAX_STEPS`).",
-            "learning_curve_json_g8": lambda c: f" On notebook 03's recipe then (groups of {c['recipe']['num_generations']}, "
-                                                f"{c['recipe']['learning_rate']:g}), its recipe before: {points(c)}, "
+            "learning_curve_json_g8": lambda c: f" On notebook 03's recipe then (groups of "
+                                                f"{c['recipe']['num_generations']}, {c['recipe']['learning_rate']:g}), "
+                                                f"its recipe before: {points(c)}, "
                                                 "every order ending up `\"standard\"`.",
             "learning_curve_json_t13": lambda c: f" Sampled at temperature {c['recipe']['temperature']:g} instead of "
                                                  f"1 on that recipe, to break the tie on `shipping`: {points(c)}: "
@@ -618,8 +621,8 @@ def alone_minutes(sweep: dict) -> float | None:
     if not (MEASURED / "learning.json").is_file():
         return None
     one = load("learning")
-    recipe = {k: str(v) for k, v in one["recipe"].items()}
-    same = one["steps"] == sweep["steps"] and all(recipe.get(k) is not None and float(recipe[k]) == float(v)
+    same = one["steps"] == sweep["steps"] and all(one["recipe"].get(k) is not None
+                                                  and float(one["recipe"][k]) == float(v)
                                                   for k, v in (kv.split("=", 1) for kv in sweep.get("set", [])))
     return one["train_seconds"] / 60 if same else None  # train_seconds holds the warm-up
 
@@ -656,14 +659,14 @@ def render_seeds() -> list[str]:
                 f"{'met' if mean[metric][over] >= bound else 'NOT met'}" for label, metric, over, bound in TARGETS]
     alone = alone_minutes(sweep)
     if alone is not None:  # the recipe alone on the machine's threads, as a learner runs it (bench/learning.py)
-        verdicts.append(f"training ≤ {TRAIN_MINUTES} min a seed: {alone:.1f} min for seed "
-                        f"{load('learning')['recipe']['seed']} alone on the machine (`learning.json`, "
-                        f"{load('learning')['machine']['threads']} threads); "
+        one = load("learning")
+        verdicts.append(f"training ≤ {TRAIN_MINUTES} min a seed: {alone:.1f} min for seed {one['recipe']['seed']} "
+                        f"alone on the machine (`learning.json`, {one['machine']['threads']} threads), "
                         f"{'met' if alone <= TRAIN_MINUTES else 'NOT met'}")
     elif train:
         verdicts.append(f"training ≤ {TRAIN_MINUTES} min a seed: {min(train):.1f} to {max(train):.1f} min, "
                         f"{'met' if max(train) <= TRAIN_MINUTES else 'NOT met'}")
-    met = all(v.endswith(", met") or v.endswith("; met") for v in verdicts)
+    met = all(v.endswith(", met") for v in verdicts)
     lines += ["", f"The targets set for this recipe ({len(by)} seeds): " + "; ".join(verdicts) + ". "
               + ("Every target is met." if met else "**The recipe does not meet them**; the runs below are what "
                  "was tried.")]
@@ -698,8 +701,8 @@ def render_seeds() -> list[str]:
         lines[-1] += (f" Scoring that slice ({first.get('heldout_rows') or 'a few'} sums, "
                       f"{len(first.get('heldout_curve') or [])} times) made training {100 * min(extra):.0f}% to "
                       f"{100 * max(extra):.0f}% longer than without it (the course allows 15%).")
-    if threads_note(sweep, by):
-        lines += ["", *threads_note(sweep, by)]
+    if note := threads_note(sweep, by):
+        lines += ["", *note]
     if SCREENS:
         before = load(BEFORE)
         screens = [(file, what + differs(screen, before), sweep_runs(screen)) for file, what in SCREENS

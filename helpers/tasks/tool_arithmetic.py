@@ -185,7 +185,8 @@ class ToolArithmeticTask(Task):
 
     def settings(self, profile: Any) -> dict[str, Any]:
         """The products after a warm-up on sums; on a CPU a longer warm-up, fewer GRPO steps and a higher learning
-        rate than notebook 03's (``bench/measured/tools.json``); on a GPU the Qwen model calls tools already, and gets no warm-up."""
+        rate than notebook 03's (``bench/measured/tools.json``); on a GPU the Qwen model calls tools already, and
+        gets no warm-up."""
         if profile.backend == "unsloth":
             return {"task_level": "products", "warmup_level": "sums", "max_completion_length": GPU_COMPLETION,
                     "max_steps": min(profile.max_steps, GPU_MAX_STEPS)}
