@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     t = time.perf_counter()
     splits, card = D.prepare_dataset(
         gsm8k["train"], tok, get_task("arithmetic"), train_rows=profile.train_rows, eval_rows=profile.eval_rows,
-        max_prompt_tokens=profile.max_prompt_tokens, seed=profile.seed, eval_source=gsm8k["test"],
+        max_prompt_tokens=profile.max_prompt_tokens, seed=profile.split_seed, eval_source=gsm8k["test"],
         source={"task": "gsm8k", "from": str(data)})
     stages["answers_validate_prompt_tokenise_filter_split"] = time.perf_counter() - t
     with tempfile.TemporaryDirectory() as tmp:

@@ -158,8 +158,8 @@ def main() -> int:
             "task_level", "warmup_level", "warmup_examples", "warmup_epochs", "warmup_learning_rate",
             "num_generations", "per_device_train_batch_size", "max_completion_length", "learning_rate", "lora_rank",
             "beta", "loss_type", "scale_rewards", "temperature", "mask_truncated_completions", "epsilon_high",
-            "max_steps", "time_budget_minutes", "seed", "gradient_checkpointing", "lora_alpha", "max_grad_norm",
-            "select_prompts", "select_samples", "select_mode", "lr_scheduler_type")}
+            "max_steps", "time_budget_minutes", "seed", "split_seed", "gradient_checkpointing", "lora_alpha",
+            "max_grad_norm", "select_prompts", "select_samples", "select_mode", "lr_scheduler_type")}
         | {"prefill": task.prefill, "rewards": [[f.__name__, w] for f, w in task.rewards_for(profile.task_level)],
            "eval": {"n": len(held_out), "decoding": "greedy", "max_new_tokens": profile.max_completion_length}},
         "precision": {"asked": args.precision, **training.precision(profile, None)},

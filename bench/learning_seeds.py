@@ -10,11 +10,13 @@ Prints ONE JSON object:
 
     {"task", "steps", "seeds", "set", "eval_rows", "threads", "command", "runs": [{"precision", "seed",
      "after_warmup", "after", "grpo_gain", "format", "seconds_per_step", "train_seconds", "heldout_seconds",
-     "eval_rows", "loadavg_1min", "heldout_curve", "heldout_rows", "warnings", "history"}],
+     "eval_rows", "loadavg_1min", "heldout_curve", "heldout_rows", "warnings", "history", "split_seed"}],
      "by_precision": {p: {metric: {"mean", "min", "max"}}}, "paired": {metric: [bf16 - fp32 for each seed]}}
 
 Each run's ``history`` is its per-step log (TRL's metrics and the held-out slice, ``helpers.watch`` reads it) and
-``heldout_curve`` the held-out slice's accuracy by step. The base model is not evaluated (``--skip-base``).
+``heldout_curve`` the held-out slice's accuracy by step; ``split_seed`` the profile's, which drew the rows and the
+held-out split (the same for every seed unless ``--set split_seed=...``). The base model is not evaluated
+(``--skip-base``).
 Not a test: it never gates CI. A 20-step run takes 5-6 minutes on the project's 2-core machine when it is quiet,
 two to four times that when other work shares it (each run records its load average).
 """
@@ -41,7 +43,8 @@ def summary(run: dict) -> dict:
             "heldout_seconds": run.get("heldout_seconds"), "eval_rows": run["after"].get("n_prompts"),
             "loadavg_1min": [run["machine"].get("loadavg_1min_start"), run["machine"].get("loadavg_1min_end")],
             "heldout_curve": run.get("heldout_curve"), "heldout_rows": run.get("heldout_rows"),
-            "warnings": run.get("warnings"), "history": run.get("history")}
+            "warnings": run.get("warnings"), "history": run.get("history"),
+            "split_seed": run["recipe"].get("split_seed")}  # None: before split_seed, each seed drew its own rows
 
 
 def main() -> int:

@@ -211,7 +211,7 @@ def ensure_prepared(profile: Profile, run: str | Path, tokenizer: Any = None, re
     """``RUN/dataset``, built from the profile's task when missing or built for other settings."""
     path = Path(run) / "dataset"
     spec = {k: getattr(profile, k) for k in ("task", "task_level", "train_rows", "eval_rows", "max_prompt_tokens",
-                                             "seed", "model")}
+                                             "split_seed", "model")}
     if path.exists() and not rebuild:
         card = read_card(path)
         if card.get("origin") != "ensure_prepared" or card.get("spec") == spec:
@@ -220,11 +220,11 @@ def ensure_prepared(profile: Profile, run: str | Path, tokenizer: Any = None, re
             changed = sorted(k for k in spec if card.get("spec", {}).get(k) != spec[k])
             print(f"Rebuilding {path}: it was prepared with other settings ({', '.join(changed)}).")
     task, tokenizer = get_task(profile.task), tokenizer or load_tokenizer(profile)
-    made = task.make_rows(profile.task_level, profile.train_rows + profile.eval_rows, profile.seed)
+    made = task.make_rows(profile.task_level, profile.train_rows + profile.eval_rows, profile.split_seed)
     rows, held = (made["train"], made["eval"]) if isinstance(made, dict) else (made, None)
     too_long = reference_fit(profile, task, rows, tokenizer)
     splits, card = prepare_dataset(rows, tokenizer, task, profile.train_rows,
-                                   profile.eval_rows, profile.max_prompt_tokens, profile.seed, eval_source=held,
+                                   profile.eval_rows, profile.max_prompt_tokens, profile.split_seed, eval_source=held,
                                    source={"task": profile.task, "level": profile.task_level},
                                    chat_template_kwargs=get_model_spec(profile.model).chat_template_kwargs)
     save_prepared(splits, path, dict(card, origin="ensure_prepared", spec=spec, references_too_long=too_long))

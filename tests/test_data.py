@@ -345,7 +345,7 @@ def test_ensure_prepared_builds_loads_and_rebuilds_on_new_settings(tmp_path, cap
     row = ds["train"][0]
     assert row["prompt"][-1]["role"] == "user" and row["level"] == smoke.task_level
     assert normalize_number(row["answer"]) == row["answer"] and row["solution"]
-    every = generate_arithmetic(smoke.train_rows + smoke.eval_rows, smoke.task_level, smoke.seed)
+    every = generate_arithmetic(smoke.train_rows + smoke.eval_rows, smoke.task_level, smoke.split_seed)
     assert {r["question"] for r in every} == set(ds["train"]["question"]) | set(ds["eval"]["question"])
     card = D.read_card(tmp_path / "dataset")
     assert card["origin"] == "ensure_prepared" and card["spec"]["task_level"] == smoke.task_level
@@ -367,6 +367,18 @@ def test_ensure_prepared_builds_loads_and_rebuilds_on_new_settings(tmp_path, cap
     stamp = (tmp_path / "dataset" / D.CARD).stat().st_mtime_ns
     D.ensure_prepared(bigger, tmp_path, tokenizer=tok, rebuild=True, verbose=False)
     assert (tmp_path / "dataset" / D.CARD).stat().st_mtime_ns != stamp
+
+
+def test_another_seed_is_scored_on_the_same_held_out_rows_and_split_seed_draws_new_ones(tmp_path):
+    demo, tok = get_profile("cpu-demo"), WordTokenizer()
+    first = D.ensure_prepared(demo, tmp_path / "a", tokenizer=tok, verbose=False)
+    other_seed = D.ensure_prepared(demo.with_overrides(seed=1), tmp_path / "b", tokenizer=tok, verbose=False)
+    assert other_seed["eval"]["question"] == first["eval"]["question"]
+    assert other_seed["train"]["question"] == first["train"]["question"]  # TRL's sampler, seeded by seed, orders them
+    other_split = D.ensure_prepared(demo.with_overrides(split_seed=1), tmp_path / "c", tokenizer=tok, verbose=False)
+    assert len(set(other_split["eval"]["question"]) & set(first["eval"]["question"])) < demo.eval_rows // 2
+    assert not set(other_split["eval"]["question"]) & set(other_split["train"]["question"])
+    assert D.read_card(tmp_path / "c" / "dataset")["spec"]["split_seed"] == 1
 
 
 def test_ensure_prepared_rebuilds_for_another_task(tmp_path, capsys):

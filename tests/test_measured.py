@@ -157,6 +157,31 @@ def test_the_headline_sweep_is_the_cpu_demo_recipe():
         assert float(value) == float(getattr(demo, key)), f"{SEEDS}.json set {key}={value}; cpu-demo: {getattr(demo, key)}"
     one = load("learning")["recipe"]  # the seed-3407 run the notebooks quote
     assert (one["max_steps"], one["learning_rate"]) == (demo.max_steps, demo.learning_rate), "rerun bench/learning.py"
+    # every seed trained on the profile's rows and was scored on its held-out sums (split_seed), and the run the
+    # notebooks quote is the sweep's run of its seed (split_seed = seed = 3407 drew its rows before split_seed too)
+    assert {r["split_seed"] for r in sweep["runs"]} == {demo.split_seed}, f"{SEEDS}.json: rerun with today's split"
+    same = next(r for r in sweep["runs"] if r["seed"] == one["seed"])
+    assert one.get("split_seed", one["seed"]) == demo.split_seed
+    assert same["after"] == load("learning")["after"]["accuracy"]
+
+
+def test_each_seed_was_scored_on_other_seeds_sums_and_its_own_reproduces():
+    """The held-out note's cross-scoring: the adapters of the sweep before split_seed, each on another seed's sums,
+    the sums it trained on left out; where the sums are its own, it reproduces the sweep's number."""
+    from tools.measured import HELDOUT, OWN_SUMS, SEEDS, heldout_note, sweep_runs
+
+    own = sweep_runs(load(OWN_SUMS))
+    for name in HELDOUT:
+        cross = load(name)
+        for r in cross["runs"]:
+            assert r["rows"] + r["seen_left_out"] == own[r["seed"]]["eval_rows"] == 200
+            if r["seed"] == cross["held_out_of"]:
+                assert (r["seen_left_out"], r["accuracy"]) == (0, own[r["seed"]]["after"])
+            else:
+                assert 0 < r["seen_left_out"] <= 10  # 60 sums trained on, of the 2,601 a level can draw
+    note = " ".join(heldout_note(sweep_runs(load(SEEDS))))
+    moved = max(abs(r["accuracy"] - own[r["seed"]]["after"]) for name in HELDOUT for r in load(name)["runs"])
+    assert f"moved by up to {100 * moved:.1f} points" in note and moved > 0.1
 
 
 def test_docs_measured_reports_every_variant_and_says_whether_the_targets_hold():

@@ -31,7 +31,11 @@ INSTRUCTOR = ROOT / "docs" / "instructor.md"
 DOC = ROOT / "docs" / "measured.md"
 FIGURE = ROOT / "docs" / "figures" / "learning.png"
 #: The cpu-demo recipe over five seeds (bench/learning_seeds.py), the README's headline and its figure.
-SEEDS = "learning_seeds_lr1e4_30"
+SEEDS = "learning_seeds_lr1e4_30_split3407"
+#: The same recipe before ``split_seed``, each seed drawing its own sums, and its five adapters scored on two seeds'
+#: held-out sums (bench/checkpoints.py --held-out-of): how much of the spread was the sums a seed was scored on.
+OWN_SUMS = "learning_seeds_lr1e4_30"
+HELDOUT = ["heldout_of3407_lr1e4_30", "heldout_of4_lr1e4_30"]
 #: The recipe before it (learning rate 3e-4, 20 steps), over the same five seeds: what every variant changed.
 BEFORE = "learning_seeds_cpu_demo"
 BEFORE_KNOBS, BEFORE_STEPS = "learning rate 3e-4, 20 steps", 20
@@ -59,6 +63,12 @@ SCREENS: list[tuple[str, str]] = [
     ("learning_seeds_lr1e4_40", "learning rate 1e-4, not 3e-4"),
     ("learning_seeds_lr15e5_30", "learning rate 1.5e-4, not 3e-4"),
     ("learning_seeds_wu48_lr1e4_30", "a warm-up of 48 sums, not 16, and learning rate 1e-4"),
+    (OWN_SUMS, "learning rate 1e-4, not 3e-4, each seed drawing its own sums (the course's recipe before "
+               "`split_seed`)"),
+    ("learning_seeds_mu2_lr1e4_40", "two optimizer steps on each batch of samples (`num_iterations=2`, PPO's "
+                                    "clipped reuse) and learning rate 1e-4, on the course's sums (`split_seed`)"),
+    ("learning_seeds_t12_lr1e4_30", "temperature 1.2, not 1.0, and learning rate 1e-4, on the course's sums "
+                                    "(`split_seed`)"),
 ]
 #: Issue 37's targets for the cpu-demo recipe over 5 seeds: (what, metric, over the seeds: "min" or "mean", bound).
 TARGETS: list[tuple[str, str, str, float]] = [
@@ -489,7 +499,9 @@ def render() -> str:
         "",
         "| what | measured | from |",
         "|---|---|---|",
-        f"| arithmetic on `cpu-demo` after GRPO, seeds {seeds} ({sweep.get('eval_rows', 200)} held-out sums, greedy) | "
+        f"| arithmetic on `cpu-demo` after GRPO, seeds {seeds} ("
+        + ("the same " if shared_split(by) is not None else "") + f"{sweep.get('eval_rows', 200)} held-out sums"
+        + (" for every seed" if shared_split(by) is not None else "") + ", greedy) | "
         f"{pct(mean['after']['mean'])} on average, {pct(mean['after']['min'])} to {pct(mean['after']['max'])} | "
         f"`{name}.json` |",
         f"| ... after the warm-up, and GRPO's own gain | {pct(mean['after_warmup']['mean'])} on average; "
@@ -627,17 +639,63 @@ def alone_minutes(sweep: dict) -> float | None:
     return one["train_seconds"] / 60 if same else None  # train_seconds holds the warm-up
 
 
+def shared_split(by: dict[int, dict]) -> int | None:
+    """The ``split_seed`` every run of a sweep shared (the same rows and held-out sums), or None."""
+    splits = {r.get("split_seed") for r in by.values()}
+    return splits.pop() if len(splits) == 1 and None not in splits else None
+
+
+def heldout_note(by: dict[int, dict]) -> list[str]:
+    """How far a seed's own held-out sums moved its score: the recipe's adapters before ``split_seed``, scored on
+    other seeds' sums (``HELDOUT``), and how far apart ``by`` (the recipe on the same sums) still ended."""
+    files = [f for f in HELDOUT if (MEASURED / f"{f}.json").is_file()]
+    if not files or not (MEASURED / f"{OWN_SUMS}.json").is_file():
+        return []
+    own, crosses = sweep_runs(load(OWN_SUMS)), [load(f) for f in files]
+    on = [{r["seed"]: r["accuracy"] for r in c["runs"]} for c in crosses]
+    moved = {sd: max(abs(r["after"] - acc[sd]) for acc in on if sd in acc) for sd, r in own.items()}
+    far = max(moved, key=moved.get)
+    other = max((acc[far] for acc in on if far in acc), key=lambda a: abs(a - own[far]["after"]))
+    left_out = max(r.get("seen_left_out", 0) for c in crosses for r in c["runs"])
+    return ["How much of the spread was the held-out sums: before `split_seed`, each seed drew its own "
+            f"(`{OWN_SUMS}.json`: "
+            + ", ".join(f"seed {sd} {pct(r['after'])}" for sd, r in own.items()) + "): its five adapters scored "
+            + "; ".join(f"on seed {c['held_out_of']}'s held-out sums "
+                        + ", ".join(pct(acc[sd]) for sd in own if sd in acc)
+                        + f" (`{f}.json`, {pct(next(iter(c['by_step'].values()))['mean'])} on average)"
+                        for f, c, acc in zip(files, crosses, on))
+            + f". One adapter moved by up to {100 * moved[far]:.1f} points with the sums it was scored on "
+              f"(seed {far}: {pct(own[far]['after'])} on its own, {pct(other)} on another seed's). (Sums a run "
+              f"trained on are left out of its score on another seed's: at most {left_out} of "
+              f"{own[far].get('eval_rows') or 200}.) So the course now draws the rows and the held-out split from "
+              "`split_seed`, the same for every seed, and a seed changes only the training's randomness. On the same "
+              f"sums the {len(by)} seeds still ended {100 * span(by):.1f} points apart (the table above), "
+              f"against {100 * span(own):.1f} before: "
+              + ("the exam moved single numbers; the training makes the spread." if span(by) >= span(own) - 0.03 else
+                 "the exam made part of the spread.")]
+
+
+def span(runs: dict[int, dict]) -> float:
+    """How far apart a sweep's runs ended after GRPO: the best minus the worst."""
+    return max(r["after"] for r in runs.values()) - min(r["after"] for r in runs.values())
+
+
 def render_seeds() -> list[str]:
     """docs/measured.md's first section: the recipe over its seeds, the targets, and every variant measured."""
     name = sweep_name()
     sweep = load(name)
     by, mean = sweep_runs(sweep), next(iter(sweep["by_precision"].values()))
-    rows = sweep.get("eval_rows", 200)
+    rows, split = sweep.get("eval_rows", 200), shared_split(by)
     lines = ["## The `cpu-demo` recipe, seed by seed", "",
              f"`bench/learning_seeds.py --steps {sweep['steps']} --eval-rows {rows}` (`{name}.json`"
              + (f"; every run with {', '.join(f'`{kv}`' for kv in sweep['set'])}" if sweep.get("set") else "")
-             + f"): the course's recipe, float32, one thread each; each seed draws the sums (for training and held "
-               f"out), the warm-up's examples, the fresh adapter and every sample. {rows} held-out sums, greedy. "
+             + f"): the course's recipe, float32, one thread each; "
+             + (f"every seed trains on the same sums and is scored on the same {rows} held-out sums (`split_seed="
+                f"{split}`); each seed draws the warm-up's examples, the fresh adapter, the order of the training "
+                f"prompts and every sample. " if split is not None else
+                "each seed draws the sums (for training and held out), the warm-up's examples, the fresh adapter "
+                "and every sample. ")
+             + f"{rows} held-out sums, greedy. "
                "Training is the warm-up and GRPO, the held-out slice scored while training included; the load "
                "average says what else the machine ran.", "",
              "| seed | after warm-up | after GRPO | GRPO's own gain | format | training (min) | load (1 min) |",
@@ -701,6 +759,8 @@ def render_seeds() -> list[str]:
         lines[-1] += (f" Scoring that slice ({first.get('heldout_rows') or 'a few'} sums, "
                       f"{len(first.get('heldout_curve') or [])} times) made training {100 * min(extra):.0f}% to "
                       f"{100 * max(extra):.0f}% longer than without it (the course allows 15%).")
+    if name != OWN_SUMS and (note := heldout_note(by)):
+        lines += ["", *note]
     if note := threads_note(sweep, by):
         lines += ["", *note]
     if SCREENS:
@@ -717,13 +777,21 @@ def render_seeds() -> list[str]:
                   "otherwise), and is a stored sweep (`bench/learning_seeds.py` over the runs' own "
                   "`bench/learning.py` JSON). Most were run on fewer seeds: compare a cell with the "
                   "course's in the same column. A cell reads after the warm-up → after GRPO (GRPO's own gain, "
-                  "points); \"named\" is what `helpers.watch.diagnose` finds in the run's stored history.", "",
+                  "points); \"named\" is what `helpers.watch.diagnose` finds in the run's stored history."
+                  + (f" The variants ran before `split_seed`" + (", except those that say \"on the course's "
+                                                                     "sums\"" if any(shared_split(r) == split for
+                                                                                    *_, r in screens) else "")
+                     + f": each seed drew its own sums, so on seeds other than {split} a variant's cell and the "
+                     "course's were scored on different held-out sums (the paragraph above says how far that alone "
+                     "can move a number)." if split is not None else ""),
+                  "",
                   "| variant | file | " + " | ".join(f"seed {sd}" for sd in seeds)
                   + " | format (lowest) | training (min) | named |",
                   "|---|---|" + "---|" * len(seeds) + "---|---|---|"]
         closest = []
-        recipe_what = "the course's recipe: " + "; ".join([*(f"`{kv}`" for kv in sweep.get("set", [])),
-                                                            f"{sweep['steps']} steps", f"{rows} held-out sums"])
+        recipe_what = "the course's recipe: " + "; ".join(
+            [*(f"`{kv}`" for kv in sweep.get("set", [])), f"{sweep['steps']} steps", f"{rows} held-out sums",
+             *([f"the same sums for every seed (`split_seed={split}`)"] if split is not None else [])])
         for what, file, runs in [(recipe_what, name, by)] + [(w, f, r) for f, w, r in screens]:
             cells = [f"{pct(runs[sd]['after_warmup'])} → {pct(runs[sd]['after'])} "
                      f"({100 * runs[sd]['grpo_gain']:+.0f})" if sd in runs else "" for sd in seeds]
