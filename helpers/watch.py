@@ -39,9 +39,10 @@ class RunWarning:
 #: What each warning means and what to change (notebook 03's troubleshooting maps the same names).
 FIXES: dict[str, str] = {
     "entropy-collapse": "the policy has become near-deterministic, so its groups no longer differ and learning stops. "
-                        "Lower learning_rate (a third: on cpu-demo 3e-4 collapsed runs that 1e-4 did not), raise "
-                        "temperature, or set beta > 0 to stay near the start model; restart from the warm-up adapter "
-                        "rather than this checkpoint",
+                        "Lower learning_rate (a third: on cpu-demo 3e-4 collapsed runs that 1e-4 did not), or set "
+                        "beta > 0 to stay near the start model; a higher temperature, the other usual remedy, did not "
+                        "help on cpu-demo (docs/measured.md). Restart from the warm-up adapter rather than this "
+                        "checkpoint",
     "no-reward-spread": "every completion of every group scored the same, so every advantage is 0 and the loss "
                         "gives no gradient. All wrong: an easier level, a warm-up, or partial-credit rewards. All "
                         "right: a harder level. More num_generations makes a differing group likelier",

@@ -69,6 +69,10 @@ SCREENS: list[tuple[str, str]] = [
                                     "clipped reuse) and learning rate 1e-4, on the course's sums (`split_seed`)"),
     ("learning_seeds_t12_lr1e4_30", "temperature 1.2, not 1.0, and learning rate 1e-4, on the course's sums "
                                     "(`split_seed`)"),
+    ("learning_seeds_b32_lr1e4_30", "4 prompts a step (batch 32), not 2, and learning rate 1e-4, on the course's "
+                                    "sums (`split_seed`)"),
+    ("learning_seeds_b32_lr1e4_20", "4 prompts a step (batch 32), not 2, and learning rate 1e-4, on the course's "
+                                    "sums (`split_seed`)"),
 ]
 #: Issue 37's targets for the cpu-demo recipe over 5 seeds: (what, metric, over the seeds: "min" or "mean", bound).
 TARGETS: list[tuple[str, str, str, float]] = [
