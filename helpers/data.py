@@ -208,7 +208,11 @@ def load_prepared(path: str | Path) -> Any:
 
 def ensure_prepared(profile: Profile, run: str | Path, tokenizer: Any = None, rebuild: bool = False,
                     verbose: bool = True) -> Any:
-    """``RUN/dataset``, built from the profile's task when missing or built for other settings."""
+    """``RUN/dataset``, built from the profile's task when missing or built for other settings.
+
+    The rows and their train/held-out split come from ``profile.split_seed``, not ``profile.seed``: runs of two seeds
+    train on the same rows (in another order) and are scored on the same held-out rows.
+    """
     path = Path(run) / "dataset"
     spec = {k: getattr(profile, k) for k in ("task", "task_level", "train_rows", "eval_rows", "max_prompt_tokens",
                                              "split_seed", "model")}
