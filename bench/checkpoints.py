@@ -63,9 +63,10 @@ def main() -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     scored, headline = [], "accuracy"
-    other = None
+    other, other_seed = None, None
     if args.held_out_of:
-        other = load_from_disk(str(Path(json.loads(args.held_out_of.read_text())["run"]) / "dataset"))["eval"]
+        of = json.loads(args.held_out_of.read_text())
+        other, other_seed = load_from_disk(str(Path(of["run"]) / "dataset"))["eval"], of["recipe"]["seed"]
     for path in args.runs:
         out = json.loads(path.read_text())
         run, recipe = Path(out["run"]), out["recipe"]
@@ -77,8 +78,9 @@ def main() -> int:
                               max_completion_length=recipe["max_completion_length"])
         task, kwargs = get_task(profile.task), get_model_spec(profile.model).chat_template_kwargs
         headline = task.headline
-        held_out, seen_left_out = load_from_disk(str(run / "dataset"))["eval"], 0
-        if other is not None:
+        if other is None:
+            held_out, seen_left_out = load_from_disk(str(run / "dataset"))["eval"], 0
+        else:
             seen = seen_questions(run / "grpo" / "completions")
             held_out = other.filter(lambda row: row["question"] not in seen)
             seen_left_out = other.num_rows - held_out.num_rows
@@ -95,8 +97,7 @@ def main() -> int:
     by_step = {str(s): {"mean": round(statistics.fmean(v), 4), "min": min(v), "max": max(v)}
                for s in args.steps if (v := [r[headline] for r in scored if r["step"] == s])}
     print(json.dumps({"command": "python bench/checkpoints.py " + " ".join(sys.argv[1:]),
-                      **({"held_out_of": json.loads(args.held_out_of.read_text())["recipe"]["seed"]}
-                         if args.held_out_of else {}),
+                      **({"held_out_of": other_seed} if other is not None else {}),
                       "runs": scored, "by_step": by_step}, indent=1))
     return 0
 

@@ -154,7 +154,8 @@ def test_the_headline_sweep_is_the_cpu_demo_recipe():
     sweep, demo = load(SEEDS), PROFILES["cpu-demo"]
     assert sweep["steps"] == demo.max_steps, f"{SEEDS}.json ran {sweep['steps']} steps; cpu-demo: {demo.max_steps}"
     for key, value in (kv.split("=", 1) for kv in sweep["set"]):
-        assert float(value) == float(getattr(demo, key)), f"{SEEDS}.json set {key}={value}; cpu-demo: {getattr(demo, key)}"
+        assert float(value) == float(getattr(demo, key)), \
+            f"{SEEDS}.json set {key}={value}; cpu-demo: {getattr(demo, key)}"
     one = load("learning")["recipe"]  # the seed-3407 run the notebooks quote
     assert (one["max_steps"], one["learning_rate"]) == (demo.max_steps, demo.learning_rate), "rerun bench/learning.py"
     # every seed trained on the profile's rows and was scored on its held-out sums (split_seed), and the run the

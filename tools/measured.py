@@ -222,8 +222,8 @@ def render_details() -> list[str]:
                 scored = load("checkpoints_lr1e4_40")
                 ck, n = scored["by_step"], len({r["seed"] for r in scored["runs"]})
                 lines[-1] += (f" At {learning['recipe']['learning_rate']:g} the runs learned for longer: the "
-                              f"40-step runs of {n} seeds (`learning_seeds_lr1e4_40.json`), their checkpoints scored on 200 "
-                              f"held-out sums (`checkpoints_lr1e4_40.json`), stood at {pct(ck['30']['mean'])} on "
+                              f"40-step runs of {n} seeds (`learning_seeds_lr1e4_40.json`), their checkpoints "
+                              f"scored on 200 held-out sums (`checkpoints_lr1e4_40.json`), stood at {pct(ck['30']['mean'])} on "
                               f"average at step 30 ({pct(ck['30']['min'])} to {pct(ck['30']['max'])}) and "
                               f"{pct(ck['40']['mean'])} at step 40 ({pct(ck['40']['min'])} to "
                               f"{pct(ck['40']['max'])}): `cpu-demo` trains {learning['recipe']['max_steps']} steps.")
@@ -504,8 +504,8 @@ def render() -> str:
         "| what | measured | from |",
         "|---|---|---|",
         f"| arithmetic on `cpu-demo` after GRPO, seeds {seeds} ("
-        + ("the same " if shared_split(by) is not None else "") + f"{sweep.get('eval_rows', 200)} held-out sums"
-        + (" for every seed" if shared_split(by) is not None else "") + ", greedy) | "
+        + (f"the same {sweep.get('eval_rows', 200)} held-out sums for every seed" if shared_split(by) is not None
+           else f"{sweep.get('eval_rows', 200)} held-out sums") + ", greedy) | "
         f"{pct(mean['after']['mean'])} on average, {pct(mean['after']['min'])} to {pct(mean['after']['max'])} | "
         f"`{name}.json` |",
         f"| ... after the warm-up, and GRPO's own gain | {pct(mean['after_warmup']['mean'])} on average; "
@@ -657,18 +657,20 @@ def heldout_note(by: dict[int, dict]) -> list[str]:
         return []
     own, crosses = sweep_runs(load(OWN_SUMS)), [load(f) for f in files]
     on = [{r["seed"]: r["accuracy"] for r in c["runs"]} for c in crosses]
-    moved = {sd: max(abs(r["after"] - acc[sd]) for acc in on if sd in acc) for sd, r in own.items()}
-    far = max(moved, key=moved.get)
-    other = max((acc[far] for acc in on if far in acc), key=lambda a: abs(a - own[far]["after"]))
+    # each seed's score on the other sums farthest from its own, and the seed it moved most
+    farthest = {sd: max((acc[sd] for acc in on if sd in acc), key=lambda a: abs(a - r["after"]))
+                for sd, r in own.items()}
+    far = max(own, key=lambda sd: abs(farthest[sd] - own[sd]["after"]))
+    other, moved = farthest[far], abs(farthest[far] - own[far]["after"])
     left_out = max(r.get("seen_left_out", 0) for c in crosses for r in c["runs"])
     return ["How much of the spread was the held-out sums: before `split_seed`, each seed drew its own "
             f"(`{OWN_SUMS}.json`: "
-            + ", ".join(f"seed {sd} {pct(r['after'])}" for sd, r in own.items()) + "): its five adapters scored "
+            + ", ".join(f"seed {sd} {pct(r['after'])}" for sd, r in own.items()) + f"): its {len(own)} adapters scored "
             + "; ".join(f"on seed {c['held_out_of']}'s held-out sums "
                         + ", ".join(pct(acc[sd]) for sd in own if sd in acc)
                         + f" (`{f}.json`, {pct(next(iter(c['by_step'].values()))['mean'])} on average)"
                         for f, c, acc in zip(files, crosses, on))
-            + f". One adapter moved by up to {100 * moved[far]:.1f} points with the sums it was scored on "
+            + f". One adapter moved by up to {100 * moved:.1f} points with the sums it was scored on "
               f"(seed {far}: {pct(own[far]['after'])} on its own, {pct(other)} on another seed's). (Sums a run "
               f"trained on are left out of its score on another seed's: at most {left_out} of "
               f"{own[far].get('eval_rows') or 200}.) So the course now draws the rows and the held-out split from "
@@ -774,6 +776,8 @@ def render_seeds() -> list[str]:
         earlier = f"{BEFORE_WHAT}; {before.get('eval_rows', 200)} held-out sums"
         screens.insert(0, (BEFORE, earlier, sweep_runs(before)))
         seeds = list(dict.fromkeys([*by, *(sd for _, _, runs in screens for sd in runs)]))
+        except_same = (", except those that say \"on the course's sums\""
+                       if any(shared_split(runs) == split for *_, runs in screens) else "")
         lines += ["", "### Every variant measured", "",
                   f"The first row is the course's recipe, the second the recipe before it ({BEFORE_KNOBS}). Each "
                   "other row changes one thing in that earlier recipe, or two where it says so (the same "
@@ -782,12 +786,10 @@ def render_seeds() -> list[str]:
                   "`bench/learning.py` JSON). Most were run on fewer seeds: compare a cell with the "
                   "course's in the same column. A cell reads after the warm-up → after GRPO (GRPO's own gain, "
                   "points); \"named\" is what `helpers.watch.diagnose` finds in the run's stored history."
-                  + (f" The variants ran before `split_seed`" + (", except those that say \"on the course's "
-                                                                     "sums\"" if any(shared_split(r) == split for
-                                                                                    *_, r in screens) else "")
-                     + f": each seed drew its own sums, so on seeds other than {split} a variant's cell and the "
-                     "course's were scored on different held-out sums (the paragraph above says how far that alone "
-                     "can move a number)." if split is not None else ""),
+                  + (f" The variants ran before `split_seed`{except_same}: each seed drew its own sums, so on "
+                     f"seeds other than {split} a variant's cell and the course's were scored on different held-out "
+                     "sums (the paragraph above says how far that alone can move a number)."
+                     if split is not None else ""),
                   "",
                   "| variant | file | " + " | ".join(f"seed {sd}" for sd in seeds)
                   + " | format (lowest) | training (min) | named |",
