@@ -2,7 +2,7 @@
 
     python bench/learning.py [--task arithmetic|json|module:Class] [--profile cpu-demo] [--eval-rows 200]
                              [--passk-prompts 50] [--passk-n 8] [--threads N] [--precision auto|fp32|bf16]
-                             [--skip-base] [--set key=value ...]
+                             [--skip-base] [--set key=value ...] [--config key=value ...] [--rewards NAME ...]
 
 Trains the bundled model with notebook 03's recipe through its save point (``helpers.training``: the
 task's format-only warm-up on an easier level, then ``GRPOTrainer``, watched as notebook 03 watches it: a
@@ -18,9 +18,11 @@ object:
      "train_seconds", "steps", "seconds_per_step", "heldout_curve": [[step, headline, format], ...],
      "heldout_seconds", "warnings", "selection", "history": [per-step logs], "recipe": {...}, "machine": {...}}
 
-The profile's time budget (6 minutes, at most 20 steps on cpu-demo; the JSON task 15, in groups of 4) covers the
+The profile's time budget (6 minutes, at most 30 steps on cpu-demo; the JSON task 15, in groups of 4) covers the
 warm-up and GRPO, the held-out slice scored while training included; the final evaluations are not counted.
-Progress goes to stderr. Not a test: it never gates CI. ``--set`` overrides profile fields; ``--precision``
+Progress goes to stderr. Not a test: it never gates CI. ``--set`` overrides profile fields, ``--config`` sets
+``GRPOConfig`` values the profile has no field for (recorded as the recipe's ``config``), ``--rewards`` trains on
+only the named ones of the task's rewards (the recipe's ``rewards`` lists those used); ``--precision``
 overrides what ``helpers.training.precision`` picks (float32 on every CPU): ``bf16`` loads the frozen base in
 bf16, keeps LoRA in float32 and trains under bf16 autocast, to compare the two on one recipe.
 The evaluations run on the model as trained (a bf16 base where asked; notebook 04 evaluates in float32).
@@ -68,6 +70,10 @@ def main() -> int:
                     help="auto: helpers.training.precision's choice for this machine")
     ap.add_argument("--run", default=None, help="run folder (default: a fresh temporary one)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
+                    help="a GRPOConfig value the profile has no field for (e.g. top_entropy_quantile=0.2)")
+    ap.add_argument("--rewards", nargs="+", default=None, metavar="NAME",
+                    help="train on only these of the task's rewards, by function name (their weights kept)")
     ap.add_argument("--skip-base", action="store_true", help="do not evaluate the base model (it scores 0%% here)")
     args = ap.parse_args()
 
@@ -88,8 +94,18 @@ def main() -> int:
         training.precision = lambda profile, capability: forced  # type: ignore[assignment]
         training.cpu_bf16 = lambda: forced["bf16"]  # check_config accepts what was asked
     overrides = {k: _value(v) for k, v in (kv.split("=", 1) for kv in args.set)}
+    config_overrides = {k: _value(v) for k, v in (kv.split("=", 1) for kv in args.config)}
     profile = get_profile(args.profile, task=args.task, eval_rows=args.eval_rows, **overrides)
     task = get_task(profile.task)
+    if args.rewards:  # a variant: the task's class answers rewards_for with only the asked ones, for every caller
+        every = type(task).rewards_for
+        missing = set(args.rewards) - {f.__name__ for f, _ in every(task, profile.task_level)}
+        if missing:
+            ap.error(f"--rewards {' '.join(sorted(missing))}: not among the rewards of task {task.name!r} at level "
+                     f"{profile.task_level!r}; name some of: "
+                     f"{', '.join(f.__name__ for f, _ in every(task, profile.task_level))}")
+        type(task).rewards_for = lambda self, level: [(f, w) for f, w in every(self, level)  # type: ignore
+                                                      if f.__name__ in args.rewards]
     run = Path(args.run or tempfile.mkdtemp(prefix=f"bench-learning-{task.name}-"))
     say = lambda msg: print(f"[bench/learning] {msg}", file=sys.stderr, flush=True)  # noqa: E731
     load_start = os.getloadavg()[0]
@@ -126,7 +142,8 @@ def main() -> int:
             warm = run_warmup(model, tok, profile, run)
             paused = measure("after_warmup")
         out = train_grpo(profile, run, model=model, tokenizer=tok, resume=False, warmup=False,
-                         budget_start=start + paused, live=False)
+                         budget_start=start + paused, live=False,
+                         config_overrides=config_overrides)
     train_seconds = time.time() - start - paused
     measure("after")
     logs = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
@@ -160,7 +177,7 @@ def main() -> int:
             "beta", "loss_type", "scale_rewards", "temperature", "mask_truncated_completions", "epsilon_high",
             "max_steps", "time_budget_minutes", "seed", "split_seed", "gradient_checkpointing", "lora_alpha",
             "max_grad_norm", "select_prompts", "select_samples", "select_mode", "lr_scheduler_type")}
-        | {"prefill": task.prefill, "rewards": [[f.__name__, w] for f, w in task.rewards_for(profile.task_level)],
+        | {"config": config_overrides, "prefill": task.prefill, "rewards": [[f.__name__, w] for f, w in task.rewards_for(profile.task_level)],
            "eval": {"n": len(held_out), "decoding": "greedy", "max_new_tokens": profile.max_completion_length}},
         "precision": {"asked": args.precision, **training.precision(profile, None)},
         "machine": {"cpus": os.cpu_count(), "threads": torch.get_num_threads(),

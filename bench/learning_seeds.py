@@ -1,11 +1,13 @@
 """One recipe over several seeds, in one or both precisions: how far apart do its runs land, and is bf16 worse?
 
     python bench/learning_seeds.py [--seeds 3407 1 2] [--precisions bf16 fp32] [--steps 74] [--task arithmetic]
-                                   [--set KEY=VALUE ...] [--eval-rows 200] [--threads N] [--out DIR]
+                                   [--set KEY=VALUE ...] [--config KEY=VALUE ...] [--rewards NAME ...]
+                                   [--eval-rows 200] [--threads N] [--out DIR]
 
 Runs ``bench/learning.py`` once per (precision, seed), each for exactly ``--steps`` GRPO steps (no time budget, so
-both precisions train the same number of steps whatever their speed; pass@k off; ``--set`` goes to every run), and
-keeps each run's JSON in ``--out`` (a run whose JSON is there already is not repeated: an interrupted sweep resumes).
+both precisions train the same number of steps whatever their speed; pass@k off; ``--set``, ``--config`` and
+``--rewards`` go to every run), and keeps each run's JSON in ``--out`` (a run whose JSON is there already is not
+repeated: an interrupted sweep resumes).
 Prints ONE JSON object:
 
     {"task", "steps", "seeds", "set", "eval_rows", "threads", "command", "runs": [{"precision", "seed",
@@ -55,6 +57,10 @@ def main() -> int:
     ap.add_argument("--task", default="arithmetic")
     ap.add_argument("--out", type=Path, default=Path("runs") / "learning_seeds")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a profile field for every run")
+    ap.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
+                    help="a GRPOConfig value the profile has no field for, for every run")
+    ap.add_argument("--rewards", nargs="+", default=None, metavar="NAME",
+                    help="train every run on only these of the task's rewards (bench/learning.py --rewards)")
     ap.add_argument("--eval-rows", type=int, default=200, help="held-out rows of the final evaluations")
     ap.add_argument("--threads", type=int, default=None, help="torch threads of every run (default: all cores)")
     args = ap.parse_args()
@@ -71,7 +77,9 @@ def main() -> int:
                                        *(["--threads", str(args.threads)] if args.threads else []),
                                        "--set", f"max_steps={args.steps}",
                                        "--set", "time_budget_minutes=None", "--set", f"seed={seed}",
-                                       *(x for kv in args.set for x in ("--set", kv))],
+                                       *(x for kv in args.set for x in ("--set", kv)),
+                                       *(x for kv in args.config for x in ("--config", kv)),
+                                       *(["--rewards", *args.rewards] if args.rewards else [])],
                                       stdout=subprocess.PIPE, text=True)
                 if done.returncode != 0:
                     print(f"[learning_seeds] {p}, seed {seed} failed (exit {done.returncode})", file=sys.stderr)
@@ -87,6 +95,8 @@ def main() -> int:
         paired = {m: [round(of["bf16", s][m] - of["fp32", s][m], 4) for s in args.seeds] for m in METRICS
                   if all(of[p, s][m] is not None for p in ("bf16", "fp32") for s in args.seeds)}
     print(json.dumps({"task": args.task, "steps": args.steps, "seeds": args.seeds, "set": args.set,
+                      **({"config": args.config} if args.config else {}),
+                      **({"rewards": args.rewards} if args.rewards else {}),
                       "eval_rows": args.eval_rows, "threads": args.threads,
                       "command": " ".join(["python bench/learning_seeds.py", *sys.argv[1:]]), "runs": runs,
                       "by_precision": by_precision, "paired": paired}, indent=1))

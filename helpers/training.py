@@ -211,8 +211,11 @@ def last_checkpoint(run: str | Path) -> str | None:
 
 def train_grpo(profile: Profile, run: str | Path, model: Any = None, tokenizer: Any = None, resume: bool = True,
                warmup: bool | None = None, budget_start: float | None = None, live: bool | None = False,
-               callbacks: Sequence[Any] = ()) -> dict:
+               callbacks: Sequence[Any] = (), config_overrides: dict[str, Any] | None = None) -> dict:
     """Notebook 03 in one call: warm-up unless resuming, GRPO, adapter saved; the budget starts at ``budget_start``.
+
+    ``config_overrides``: ``GRPOConfig`` values on top of the profile's (a benchmark's variant, e.g.
+    ``{"top_entropy_quantile": 0.2}``), checked like the rest.
 
     Watched as notebook 03 watches it: held-out accuracy every few steps (:class:`helpers.callbacks.HeldOutCallback`),
     the named warnings (:class:`helpers.callbacks.WatchCallback`), and trackio in ``RUN/trackio`` where it runs
@@ -227,7 +230,7 @@ def train_grpo(profile: Profile, run: str | Path, model: Any = None, tokenizer: 
     if model is None:  # notebook 03's loading cell: float32 on a CPU
         model, tokenizer = load_model(profile, bf16=precision(profile, None)["bf16"])
     rewards = get_task(profile.task).rewards_for(profile.task_level)
-    config = grpo_config(profile, run)
+    config = grpo_config(profile, run, **(config_overrides or {}))
     checkpoint = last_checkpoint(run) if resume else None
     warm_up = (profile.warmup_examples > 0 if warmup is None else warmup) and checkpoint is None
     warm = run_warmup(model, tokenizer, profile, run) if warm_up else None

@@ -202,6 +202,8 @@ def test_docs_measured_reports_every_variant_and_says_whether_the_targets_hold()
         # a variant run longer or scored on more sums says so where it is compared with the recipe
         assert (f"{screen['steps']} steps" in label) == (screen["steps"] != recipe["steps"])
         assert (f"{screen['eval_rows']} held-out sums" in label) == (screen["eval_rows"] != recipe["eval_rows"])
+        for knob in [*screen.get("config", []), *screen.get("rewards", [])]:  # set outside the profile: named as set
+            assert f"`{knob}`" in what, f"{file}.json ran with {knob}: its row must say so"
     runs = sweep_runs(load(SEEDS))
     assert len(runs) >= 5, f"{SEEDS}.json holds {len(runs)} seeds: issue 37 asks for 5"
     st = stats(runs)
@@ -210,3 +212,16 @@ def test_docs_measured_reports_every_variant_and_says_whether_the_targets_hold()
     assert ("**not met**" in render()) == bool(missed)
     for label in missed:
         assert f"{label} ≥" in doc and "NOT met" in doc
+
+
+def test_the_learning_bench_refuses_a_reward_the_task_does_not_have():
+    """bench/learning.py --rewards keeps some of the task's rewards; a name it lacks stops the run before any training,
+    naming the ones it has."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "bench/learning.py", "--rewards", "correctness_reward", "brevity_reward"],
+                          capture_output=True, text=True, cwd=project_root(), timeout=300)
+    assert done.returncode == 2 and not done.stdout
+    assert "--rewards brevity_reward: not among the rewards of task 'arithmetic'" in done.stderr
+    assert "correctness_reward, partial_correctness_reward" in done.stderr

@@ -458,9 +458,12 @@ def test_train_grpo_runs_the_callbacks_it_is_given_beside_the_courses(tmp_path):
             self.seen.append(state.global_step)
 
     steps = Steps()
-    train_grpo(get_profile("cpu-smoke", max_steps=1), tmp_path, warmup=False, callbacks=[steps])
+    out = train_grpo(get_profile("cpu-smoke", max_steps=1), tmp_path, warmup=False, callbacks=[steps],
+                     config_overrides={"top_entropy_quantile": 0.2})  # a benchmark's GRPOConfig variant
     assert steps.seen == [1]
     assert [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [1]
+    assert out["trainer"].top_entropy_quantile == 0.2  # the trainer ran with it, and the run folder records it
+    assert json.loads((tmp_path / "train_config.json").read_text())["grpo_config"]["top_entropy_quantile"] == 0.2
 
 
 @pytest.mark.slow

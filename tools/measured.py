@@ -73,6 +73,16 @@ SCREENS: list[tuple[str, str]] = [
                                     "sums (`split_seed`)"),
     ("learning_seeds_b32_lr1e4_20", "4 prompts a step (batch 32), not 2, and learning rate 1e-4, on the course's "
                                     "sums (`split_seed`)"),
+    ("learning_seeds_cos2e4_30", "learning rate 2e-4 falling to 0 on a cosine, not 3e-4 constant, on the course's "
+                                 "sums (`split_seed`)"),
+    ("learning_seeds_te02_30", "only the fifth of tokens with the highest entropy in the loss "
+                               "(`top_entropy_quantile=0.2`, a `GRPOConfig` value) and learning rate 1e-4, on the "
+                               "course's sums (`split_seed`)"),
+    ("learning_seeds_sbatch_30", "advantages divided by the spread of the whole batch, not of each group "
+                                 "(`scale_rewards=\"batch\"`) and learning rate 1e-4, on the course's sums "
+                                 "(`split_seed`)"),
+    ("learning_seeds_conly_30", "GRPO rewarded on the right answer alone (`correctness_reward`), the format rewards "
+                                "dropped, and learning rate 1e-4, on the course's sums (`split_seed`)"),
 ]
 #: Issue 37's targets for the cpu-demo recipe over 5 seeds: (what, metric, over the seeds: "min" or "mean", bound).
 TARGETS: list[tuple[str, str, str, float]] = [
