@@ -83,6 +83,8 @@ SCREENS: list[tuple[str, str]] = [
                                  "(`split_seed`)"),
     ("learning_seeds_conly_30", "GRPO rewarded on the right answer alone (`correctness_reward`), the format rewards "
                                 "dropped, and learning rate 1e-4, on the course's sums (`split_seed`)"),
+    ("learning_seeds_beta04_30", "a KL penalty toward the warm-up model (`beta=0.04`, not 0) and learning rate 1e-4, "
+                                 "on the course's sums (`split_seed`)"),
 ]
 #: Issue 37's targets for the cpu-demo recipe over 5 seeds: (what, metric, over the seeds: "min" or "mean", bound).
 TARGETS: list[tuple[str, str, str, float]] = [
