@@ -214,8 +214,7 @@ def train_grpo(profile: Profile, run: str | Path, model: Any = None, tokenizer: 
                callbacks: Sequence[Any] = (), config_overrides: dict[str, Any] | None = None) -> dict:
     """Notebook 03 in one call: warm-up unless resuming, GRPO, adapter saved; the budget starts at ``budget_start``.
 
-    ``config_overrides``: ``GRPOConfig`` values on top of the profile's (a benchmark's variant, e.g.
-    ``{"top_entropy_quantile": 0.2}``), checked like the rest.
+    ``config_overrides``: ``GRPOConfig`` values on top of the profile's (a benchmark's variant), checked like the rest.
 
     Watched as notebook 03 watches it: held-out accuracy every few steps (:class:`helpers.callbacks.HeldOutCallback`),
     the named warnings (:class:`helpers.callbacks.WatchCallback`), and trackio in ``RUN/trackio`` where it runs
