@@ -48,6 +48,11 @@ def _value(text: str):
         return text
 
 
+def _pairs(items: list[str]) -> dict:
+    """``["lr=1e-4", "name=x"]`` -> ``{"lr": 0.0001, "name": "x"}``: the ``--set`` and ``--config`` values."""
+    return {k: _value(v) for k, v in (kv.split("=", 1) for kv in items)}
+
+
 HISTORY_KEYS = ("step", "reward", "reward_std", "frac_reward_zero_std", "entropy", "completions/mean_length",
                 "completions/clipped_ratio", "clip_ratio/region_mean", "loss", "step_time")
 
@@ -93,8 +98,7 @@ def main() -> int:
         forced = {"bf16": args.precision == "bf16", "fp16": False}
         training.precision = lambda profile, capability: forced  # type: ignore[assignment]
         training.cpu_bf16 = lambda: forced["bf16"]  # check_config accepts what was asked
-    overrides = {k: _value(v) for k, v in (kv.split("=", 1) for kv in args.set)}
-    config_overrides = {k: _value(v) for k, v in (kv.split("=", 1) for kv in args.config)}
+    overrides, config_overrides = _pairs(args.set), _pairs(args.config)
     profile = get_profile(args.profile, task=args.task, eval_rows=args.eval_rows, **overrides)
     task = get_task(profile.task)
     if args.rewards:  # a variant: the task's class answers rewards_for with only the asked ones, for every caller
@@ -177,7 +181,8 @@ def main() -> int:
             "beta", "loss_type", "scale_rewards", "temperature", "mask_truncated_completions", "epsilon_high",
             "max_steps", "time_budget_minutes", "seed", "split_seed", "gradient_checkpointing", "lora_alpha",
             "max_grad_norm", "select_prompts", "select_samples", "select_mode", "lr_scheduler_type")}
-        | {"config": config_overrides, "prefill": task.prefill, "rewards": [[f.__name__, w] for f, w in task.rewards_for(profile.task_level)],
+        | {"config": config_overrides, "prefill": task.prefill,
+           "rewards": [[f.__name__, w] for f, w in task.rewards_for(profile.task_level)],
            "eval": {"n": len(held_out), "decoding": "greedy", "max_new_tokens": profile.max_completion_length}},
         "precision": {"asked": args.precision, **training.precision(profile, None)},
         "machine": {"cpus": os.cpu_count(), "threads": torch.get_num_threads(),
