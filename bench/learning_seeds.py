@@ -2,17 +2,19 @@
 
     python bench/learning_seeds.py [--seeds 3407 1 2] [--precisions bf16 fp32] [--steps 74] [--task arithmetic]
                                    [--set KEY=VALUE ...] [--config KEY=VALUE ...] [--rewards NAME ...]
-                                   [--eval-rows 200] [--threads N] [--out DIR]
+                                   [--eval-rows 200] [--threads N] [--out DIR] [--include SWEEP.json ...]
 
 Runs ``bench/learning.py`` once per (precision, seed), each for exactly ``--steps`` GRPO steps (no time budget, so
 both precisions train the same number of steps whatever their speed; pass@k off; ``--set``, ``--config`` and
 ``--rewards`` go to every run), and keeps each run's JSON in ``--out`` (a run whose JSON is there already is not
-repeated: an interrupted sweep resumes).
+repeated: an interrupted sweep resumes). ``--include`` keeps the runs of earlier sweeps of the same settings (a sweep
+finished in parts, on another day or machine): their seeds are not run again, and each run records the CPU it ran on.
 Prints ONE JSON object:
 
     {"task", "steps", "seeds", "set", "eval_rows", "threads", "command", "runs": [{"precision", "seed",
      "after_warmup", "after", "grpo_gain", "format", "seconds_per_step", "train_seconds", "heldout_seconds",
-     "eval_rows", "loadavg_1min", "heldout_curve", "heldout_rows", "warnings", "history", "split_seed"}],
+     "eval_rows", "loadavg_1min", "cpu_capability", "heldout_curve", "heldout_rows", "warnings", "history",
+     "split_seed"}], "included": [{"file", "command", "seeds"} of each earlier sweep kept],
      "by_precision": {p: {metric: {"mean", "min", "max"}}}, "paired": {metric: [bf16 - fp32 for each seed]}}
 
 Each run's ``history`` is its per-step log (TRL's metrics and the held-out slice, ``helpers.watch`` reads it) and
@@ -44,9 +46,33 @@ def summary(run: dict) -> dict:
             "seconds_per_step": run["seconds_per_step"], "train_seconds": run.get("train_seconds"),
             "heldout_seconds": run.get("heldout_seconds"), "eval_rows": run["after"].get("n_prompts"),
             "loadavg_1min": [run["machine"].get("loadavg_1min_start"), run["machine"].get("loadavg_1min_end")],
+            "cpu_capability": run["machine"].get("cpu_capability"),
             "heldout_curve": run.get("heldout_curve"), "heldout_rows": run.get("heldout_rows"),
             "warnings": run.get("warnings"), "history": run.get("history"),
             "split_seed": run["recipe"].get("split_seed")}  # None: before split_seed, each seed drew its own rows
+
+
+#: What a sweep given to ``--include`` must share with this one: the same runs, apart from their seeds.
+SAME = ("task", "steps", "set", "config", "rewards", "eval_rows")
+
+
+def included_runs(paths: list[Path], args: argparse.Namespace) -> tuple[list[dict], list[dict]]:
+    """The runs of earlier sweeps of the same settings, and where each came from; SystemExit naming the first
+    setting that differs."""
+    ours = {"task": args.task, "steps": args.steps, "set": args.set, "config": args.config or None,
+            "rewards": args.rewards, "eval_rows": args.eval_rows}
+    runs: list[dict] = []
+    sources: list[dict] = []
+    for path in paths:
+        earlier = json.loads(path.read_text())
+        for key in SAME:
+            if earlier.get(key) != ours[key]:
+                raise SystemExit(f"--include {path}: its {key} is {earlier.get(key)!r}, this sweep's {ours[key]!r}. "
+                                 "Include only a sweep of the same settings (its 'command' says how it ran).")
+        kept = [r for r in earlier["runs"] if r["precision"] in args.precisions]
+        runs += kept
+        sources.append({"file": str(path), "command": earlier.get("command"), "seeds": [r["seed"] for r in kept]})
+    return runs, sources
 
 
 def main() -> int:
@@ -63,11 +89,17 @@ def main() -> int:
                     help="train every run on only these of the task's rewards (bench/learning.py --rewards)")
     ap.add_argument("--eval-rows", type=int, default=200, help="held-out rows of the final evaluations")
     ap.add_argument("--threads", type=int, default=None, help="torch threads of every run (default: all cores)")
+    ap.add_argument("--include", type=Path, nargs="+", default=[], metavar="SWEEP.json",
+                    help="earlier sweeps of the same settings: their runs are kept and their seeds not run again")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    runs = []
+    runs, sources = included_runs(args.include, args)
+    done_before = {(r["precision"], r["seed"]) for r in runs}
+    args.seeds = [*dict.fromkeys([*(r["seed"] for r in runs), *args.seeds])]
     for seed in args.seeds:
         for p in args.precisions:
+            if (p, seed) in done_before:
+                continue
             path = args.out / f"{args.task}-{p}-{seed}.json"
             if not path.is_file() or not path.read_text().strip():
                 print(f"[learning_seeds] {p}, seed {seed} -> {path}", file=sys.stderr, flush=True)
@@ -98,6 +130,7 @@ def main() -> int:
                       **({"config": args.config} if args.config else {}),
                       **({"rewards": args.rewards} if args.rewards else {}),
                       "eval_rows": args.eval_rows, "threads": args.threads,
+                      **({"included": sources} if sources else {}),
                       "command": " ".join(["python bench/learning_seeds.py", *sys.argv[1:]]), "runs": runs,
                       "by_precision": by_precision, "paired": paired}, indent=1))
     return 0

@@ -188,6 +188,18 @@ def render_details() -> list[str]:
                       f"{pct(by[learning['recipe']['seed']]['after'])}). The seed draws the sums (for training and "
                       "held out), the warm-up's examples, the fresh adapter and every sample, and a run this short "
                       "depends on them: read one run's number with that spread in mind.")
+    if (MEASURED / "learning_avx2.json").is_file():  # the same run, as a learner runs it, on a slower CPU
+        slow = load("learning_avx2")
+        lines += ["", f"The same run on a slower CPU (`learning_avx2.json`: torch's {slow['machine']['cpu_capability']} "
+                      f"kernels, no AVX-512, {slow['machine']['cpus']} cores, {slow['machine']['threads']} threads), "
+                      f"as a learner runs it, inside the profile's {slow['recipe']['time_budget_minutes']}-minute "
+                      f"budget: a GRPO step took {slow['seconds_per_step']:.1f} s (against "
+                      f"{learning['seconds_per_step']:.1f} s above), so the budget stopped GRPO after {slow['steps']} "
+                      f"of its {slow['recipe']['max_steps']} steps with the adapter saved, and held-out accuracy went "
+                      f"{pct(slow['after_warmup'][slow['headline']])} → {pct(slow['after'][slow['headline']])} "
+                      f"(GRPO's own gain {100 * slow['grpo_gain']:+.1f} points, against "
+                      f"{100 * learning['grpo_gain']:+.1f} in {learning['steps']} steps). Notebook 00 times a step "
+                      "and says how many fit; running notebook 03 again goes on from the last checkpoint."]
     if (MEASURED / "learning_seeds20.json").is_file():  # the earlier recipe on three seeds, 200 sums
         s20 = load("learning_seeds20")
         by, mean = by_seed(s20)
@@ -698,6 +710,24 @@ def span(runs: dict[int, dict]) -> float:
     return max(r["after"] for r in runs.values()) - min(r["after"] for r in runs.values())
 
 
+def cpu_note(sweeps: list[tuple[str, dict]]) -> str | None:
+    """One sentence naming the runs that recorded the CPU kernels torch picked (``cpu_capability``), None if none did.
+
+    Runs from before that record are on the project's machine of the day; the minutes of runs on other kernels are
+    not comparable with theirs (a step's price differs several times between CPUs), their accuracies are.
+    """
+    found = [f"`{file}.json` seed{'s' if len(sds) > 1 else ''} {', '.join(map(str, sds))} on {cap}"
+             for file, runs in sweeps
+             for cap in dict.fromkeys(r["cpu_capability"] for r in runs.values() if r.get("cpu_capability"))
+             for sds in [[sd for sd, r in runs.items() if r.get("cpu_capability") == cap]]]
+    if not found:
+        return None
+    return ("Runs that record the CPU kernels torch used (`cpu_capability`): " + "; ".join(found) + ". The others "
+            "ran on the project's machine of their day. Another CPU changes a run's minutes, often several times "
+            "over, so compare their minutes only with runs on the same kernels; their accuracies are the same recipe "
+            "under another CPU's rounding, as a different thread count is.")
+
+
 def render_seeds() -> list[str]:
     """docs/measured.md's first section: the recipe over its seeds, the targets, and every variant measured."""
     name = sweep_name()
@@ -821,6 +851,8 @@ def render_seeds() -> list[str]:
                             f"{train[0]:.1f}" if train else "") + f" | {warn or 'none'} |")
             if file != name:
                 closest.append((shortfall(runs), what, file, runs, {sd: by[sd] for sd in runs if sd in by}))
+        if kernels := cpu_note([(name, by), *((f, r) for f, _, r in screens)]):
+            lines += ["", kernels]
         def said(runs: dict) -> str:
             st = stats(runs)
             return (f"{pct(st['after']['mean'])} on average after GRPO, {pct(st['after']['min'])} at worst, a gain "
