@@ -59,7 +59,6 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "gc_off_fp32": {"bf16": False, "fp16": False, "gradient_checkpointing": False, "base_bf16": False},
     "bf16_gc_on": {"bf16": True, "fp16": False, "gradient_checkpointing": True},
     "static_cache": {"cache_implementation": "static"},  # generation into a preallocated KV cache (no torch.cat)
-    "beta04": {"beta": 0.04},  # a KL penalty: TRL's "ref" adapter and one more forward a step for its log-probs
 }
 MACHINES: dict[str, dict[str, str]] = {
     "native": {},
