@@ -552,6 +552,13 @@ def render() -> str:
                      + (f" ({', '.join(f'{q / 60:.1f}' for q in quiet)} alone on the machine; the others shared "
                         "its 2 cores with another run)" if quiet and len(quiet) < len(train) else "")
                      + f" | `{name}.json` |")
+    if (MEASURED / "learning_avx2.json").is_file():  # an older laptop's CPU: what the budget buys there
+        slow = load("learning_avx2")
+        lines.append(f"| ... on a slower CPU ({slow['machine']['cpu_capability']} only, no AVX-512), as a learner "
+                     f"runs it: the {slow['recipe']['time_budget_minutes']}-minute budget stops GRPO after "
+                     f"{slow['steps']} steps ({slow['seconds_per_step']:.1f} s a step), seed {slow['recipe']['seed']} | "
+                     f"{pct(slow['after_warmup'][slow['headline']])} → {pct(slow['after'][slow['headline']])} "
+                     f"({100 * slow['grpo_gain']:+.1f} points) | `learning_avx2.json` |")
     missed = [label for label, metric, over, bound in TARGETS if mean[metric][over] < bound]
     lines.append(f"| the targets set for this recipe ({targets_text()}) | "
                  + (f"**not met**: {', '.join(missed)} ([every variant tried](docs/measured.md))" if missed
