@@ -720,13 +720,17 @@ def span(runs: dict[int, dict]) -> float:
 def cpu_note(sweeps: list[tuple[str, dict]]) -> str | None:
     """One sentence naming the runs that recorded the CPU kernels torch picked (``cpu_capability``), None if none did.
 
-    Runs from before that record are on the project's machine of the day; the minutes of runs on other kernels are
-    not comparable with theirs (a step's price differs several times between CPUs), their accuracies are.
+    Runs from before that record ran on the project's machine of their day; another CPU changes a run's minutes
+    several times over, so the sentence says which minutes not to compare.
     """
-    found = [f"`{file}.json` seed{'s' if len(sds) > 1 else ''} {', '.join(map(str, sds))} on {cap}"
-             for file, runs in sweeps
-             for cap in dict.fromkeys(r["cpu_capability"] for r in runs.values() if r.get("cpu_capability"))
-             for sds in [[sd for sd, r in runs.items() if r.get("cpu_capability") == cap]]]
+    found = []
+    for file, runs in sweeps:
+        by_kernels: dict[str, list[int]] = {}
+        for seed, r in runs.items():
+            if r.get("cpu_capability"):
+                by_kernels.setdefault(r["cpu_capability"], []).append(seed)
+        found += [f"`{file}.json` seed{'s' if len(sds) > 1 else ''} {', '.join(map(str, sds))} on {cap}"
+                  for cap, sds in by_kernels.items()]
     if not found:
         return None
     return ("Runs that record the CPU kernels torch used (`cpu_capability`): " + "; ".join(found) + ". The others "
