@@ -225,3 +225,27 @@ def test_the_learning_bench_refuses_a_reward_the_task_does_not_have():
     assert done.returncode == 2 and not done.stdout
     assert "--rewards brevity_reward: not among the rewards of task 'arithmetic'" in done.stderr
     assert "correctness_reward, partial_correctness_reward" in done.stderr
+
+
+def test_the_noise_note_reads_the_seeds_spread_and_a_paired_variant():
+    """docs/measured.md says how big a difference a sweep can see: the seeds' spread, the held-out sums' sampling
+    error, a variant against the recipe seed by seed, and how far the mean target is in standard errors."""
+    from tools.measured import noise_note
+
+    def runs(ends):
+        return {seed: {"after": end, "split_seed": 3407} for seed, end in zip((1, 2, 3, 4, 5), ends)}
+
+    recipe = runs([0.60, 0.65, 0.70, 0.65, 0.70])  # mean 0.66, standard deviation 0.0418
+    close = runs([0.61, 0.64, 0.72, 0.66, 0.70])  # +0.6 points on average: noise
+    far = runs([0.80, 0.85, 0.90, 0.85, 0.90])  # +20 points on every seed
+    note = noise_note(recipe, [("close", "a small change; 30 steps", close)], rows=200)
+    assert "standard deviation of 4.2 points" in note and "±1.9 points" in note  # 4.18 / sqrt(5)
+    assert "±3.3 points (binomial, at 66%)" in note
+    assert "a small change (`close.json`)" in note and "+0.6 points on average" in note and "within the noise" in note
+    assert "The mean target, 75%, is 9.0 points above" in note
+    shown = noise_note(recipe, [("close", "a small change", close), ("far", "a big change", far)], rows=200)
+    assert "a big change (`far.json`), differs from the recipe by +20.0 points" in shown
+    assert "within the noise" not in shown.split("Its seed-by-seed")[0]
+    other_sums = {seed: dict(r, split_seed=1) for seed, r in far.items()}  # scored on other sums: not paired
+    assert "a big change" not in noise_note(recipe, [("far", "a big change", other_sums)], rows=200)
+    assert noise_note({1: recipe[1], 2: recipe[2]}, [], rows=200) == ""  # two seeds: no spread to speak of

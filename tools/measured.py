@@ -85,6 +85,8 @@ SCREENS: list[tuple[str, str]] = [
                                 "dropped, and learning rate 1e-4, on the course's sums (`split_seed`)"),
     ("learning_seeds_beta04_30", "a KL penalty toward the warm-up model (`beta=0.04`, not 0) and learning rate 1e-4, "
                                  "on the course's sums (`split_seed`)"),
+    ("learning_seeds_beta04_lr15e5_30", "a KL penalty toward the warm-up model (`beta=0.04`) and learning rate 1.5e-4, "
+                                        "on the course's sums (`split_seed`)"),
 ]
 #: Issue 37's targets for the cpu-demo recipe over 5 seeds: (what, metric, over the seeds: "min" or "mean", bound).
 TARGETS: list[tuple[str, str, str, float]] = [
@@ -615,6 +617,46 @@ def differs(screen: dict, sweep: dict) -> str:
                    if mine[key] != theirs[key])
 
 
+def noise_note(by: dict[int, dict], screens: list[tuple[str, str, dict]], rows: int) -> str:
+    """How big a difference the sweeps can see: the spread of the recipe's seeds, the held-out sums' own sampling
+    error, and each variant on the course's sums against the recipe seed by seed (paired), with standard errors."""
+    import statistics
+    ends = [r["after"] for r in by.values()]
+    if len(ends) < 3:
+        return ""
+    sd, mean = statistics.stdev(ends), statistics.fmean(ends)
+    text = (f"How big a difference these sweeps can see: the {len(ends)} seeds' accuracies after GRPO have a "
+            f"standard deviation of {100 * sd:.1f} points, so the recipe's mean is known to about "
+            f"±{100 * sd / len(ends) ** 0.5:.1f} points (one standard error), and {rows} held-out sums measure one "
+            f"run to about ±{100 * (mean * (1 - mean) / rows) ** 0.5:.1f} points (binomial, at {pct(mean)}). ")
+    split, paired = shared_split(by), []
+    for file, what, runs in screens:
+        same = [sd_ for sd_ in runs if sd_ in by]
+        if len(same) >= 2 and shared_split(runs) == split is not None:
+            diffs = [runs[x]["after"] - by[x]["after"] for x in same]
+            short = what.split("; ")[0].replace(", on the course's sums (`split_seed`)", "")
+            paired.append((statistics.fmean(diffs), statistics.stdev(diffs), len(diffs), short, file, diffs))
+    full = [p for p in paired if p[2] == len(by)]
+    if full:
+        d, s_, n, what, file, diffs = max(full, key=lambda p: p[0])
+        text += (f"The best variant measured on all {n} seeds on the same sums, {what} (`{file}.json`), differs from "
+                 f"the recipe by {100 * d:+.1f} points on average (seed by seed {100 * min(diffs):+.1f} to "
+                 f"{100 * max(diffs):+.1f}; standard error {100 * s_ / n ** 0.5:.1f})"
+                 + (": within the noise. " if abs(d) < 2 * s_ / n ** 0.5 else ". ")
+                 + f"Its seed-by-seed differences spread by {100 * s_:.1f} points, so a variant tried on two seeds "
+                   f"has to move them by about {100 * 2 * s_ / 2 ** 0.5:.0f} points (two standard errors) before "
+                   "it shows. ")
+    if paired:
+        d, s_, n, what, file, _ = max(paired, key=lambda p: p[0])
+        text += (f"The largest average gain over the recipe on the same seeds and sums: {100 * d:+.1f} points "
+                 f"(standard error {100 * s_ / n ** 0.5:.1f}), {what} (`{file}.json`, {n} seeds). ")
+    target = next(bound for _, metric, over, bound in TARGETS if metric == "after" and over == "mean")
+    gap = target - mean
+    return text + (f"The mean target, {pct(target)}, is {100 * gap:.1f} points above the recipe's mean, "
+                   f"{gap / (sd / len(ends) ** 0.5):.1f} of its standard errors: a change to the recipe has to lift the "
+                   f"{len(ends)} seeds by that much on average; lifting one is not enough." if gap > 0 else "The mean target is met.")
+
+
 def shortfall(runs: dict[int, dict]) -> float:
     """How far ``runs`` are from issue 37's accuracy targets: the points missing on each, added up (0: all met)."""
     st = stats(runs)
@@ -864,6 +906,8 @@ def render_seeds() -> list[str]:
                 closest.append((shortfall(runs), what, file, runs, {sd: by[sd] for sd in runs if sd in by}))
         if kernels := cpu_note([(name, by), *((f, r) for f, _, r in screens)]):
             lines += ["", kernels]
+        if noise := noise_note(by, [(f, w, r) for f, w, r in screens if f != BEFORE], rows):
+            lines += ["", noise]
         def said(runs: dict) -> str:
             st = stats(runs)
             return (f"{pct(st['after']['mean'])} on average after GRPO, {pct(st['after']['min'])} at worst, a gain "
