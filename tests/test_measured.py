@@ -245,7 +245,7 @@ def test_the_noise_note_reads_the_seeds_spread_and_a_paired_variant():
     assert "The mean target, 75%, is 9.0 points above" in note
     shown = noise_note(recipe, [("close", "a small change", close), ("far", "a big change", far)], rows=200)
     assert "a big change (`far.json`), differs from the recipe by +20.0 points" in shown
-    assert "within the noise" not in shown.split("Its seed-by-seed")[0]
+    assert "within the noise" not in shown and "(the other on all 5 seeds: a small change (`close.json`), +0.6)" in shown
     other_sums = {seed: dict(r, split_seed=1) for seed, r in far.items()}  # scored on other sums: not paired
     assert "a big change" not in noise_note(recipe, [("far", "a big change", other_sums)], rows=200)
     assert noise_note({1: recipe[1], 2: recipe[2]}, [], rows=200) == ""  # two seeds: no spread to speak of

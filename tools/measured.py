@@ -636,18 +636,22 @@ def noise_note(by: dict[int, dict], screens: list[tuple[str, str, dict]], rows: 
             diffs = [runs[x]["after"] - by[x]["after"] for x in same]
             short = what.split("; ")[0].replace(", on the course's sums (`split_seed`)", "")
             paired.append((statistics.fmean(diffs), statistics.stdev(diffs), len(diffs), short, file, diffs))
-    full = [p for p in paired if p[2] == len(by)]
+    full = sorted((p for p in paired if p[2] == len(by)), key=lambda p: -p[0])
     if full:
-        d, s_, n, what, file, diffs = max(full, key=lambda p: p[0])
+        d, s_, n, what, file, diffs = full[0]
         text += (f"The best variant measured on all {n} seeds on the same sums, {what} (`{file}.json`), differs from "
                  f"the recipe by {100 * d:+.1f} points on average (seed by seed {100 * min(diffs):+.1f} to "
                  f"{100 * max(diffs):+.1f}; standard error {100 * s_ / n ** 0.5:.1f})"
-                 + (": within the noise. " if abs(d) < 2 * s_ / n ** 0.5 else ". ")
-                 + f"Its seed-by-seed differences spread by {100 * s_:.1f} points, so a variant tried on two seeds "
+                 + (": within the noise" if abs(d) < 2 * s_ / n ** 0.5 else "")
+                 + (f" (the other{'s' if len(full) > 2 else ''} on all {n} seeds: "
+                    + "; ".join(f"{w} (`{f}.json`), {100 * x:+.1f}" for x, _, _, w, f, _ in full[1:]) + ")"
+                    if len(full) > 1 else "")
+                 + f". The best one's seed-by-seed differences spread by {100 * s_:.1f} points, so a variant tried on two seeds "
                    f"has to move them by about {100 * 2 * s_ / 2 ** 0.5:.0f} points (two standard errors) before "
                    "it shows. ")
-    if paired:
-        d, s_, n, what, file, _ = max(paired, key=lambda p: p[0])
+    best = max(paired, key=lambda p: p[0]) if paired else None
+    if best is not None and (not full or best is not full[0]):
+        d, s_, n, what, file, _ = best
         text += (f"The largest average gain over the recipe on the same seeds and sums: {100 * d:+.1f} points "
                  f"(standard error {100 * s_ / n ** 0.5:.1f}), {what} (`{file}.json`, {n} seeds). ")
     target = next(bound for _, metric, over, bound in TARGETS if metric == "after" and over == "mean")
