@@ -625,40 +625,43 @@ def noise_note(by: dict[int, dict], screens: list[tuple[str, str, dict]], rows: 
     if len(ends) < 3:
         return ""
     sd, mean = statistics.stdev(ends), statistics.fmean(ends)
+    se = sd / len(ends) ** 0.5
     text = (f"How big a difference these sweeps can see: the {len(ends)} seeds' accuracies after GRPO have a "
             f"standard deviation of {100 * sd:.1f} points, so the recipe's mean is known to about "
-            f"±{100 * sd / len(ends) ** 0.5:.1f} points (one standard error), and {rows} held-out sums measure one "
+            f"±{100 * se:.1f} points (one standard error), and {rows} held-out sums measure one "
             f"run to about ±{100 * (mean * (1 - mean) / rows) ** 0.5:.1f} points (binomial, at {pct(mean)}). ")
-    split, paired = shared_split(by), []
+    split, paired = shared_split(by), []  # (mean difference, its standard error, seeds, what, file, differences)
     for file, what, runs in screens:
-        same = [sd_ for sd_ in runs if sd_ in by]
-        if len(same) >= 2 and shared_split(runs) == split is not None:
+        same = [seed for seed in runs if seed in by]
+        if split is not None and shared_split(runs) == split and len(same) >= 2:
             diffs = [runs[x]["after"] - by[x]["after"] for x in same]
             short = what.split("; ")[0].replace(", on the course's sums (`split_seed`)", "")
-            paired.append((statistics.fmean(diffs), statistics.stdev(diffs), len(diffs), short, file, diffs))
+            paired.append((statistics.fmean(diffs), statistics.stdev(diffs) / len(diffs) ** 0.5, len(diffs), short,
+                           file, diffs))
     full = sorted((p for p in paired if p[2] == len(by)), key=lambda p: -p[0])
     if full:
-        d, s_, n, what, file, diffs = full[0]
+        d, d_se, n, what, file, diffs = full[0]
+        others = "; ".join(f"{w} (`{f}.json`), {100 * x:+.1f}" for x, _, _, w, f, _ in full[1:])
         text += (f"The best variant measured on all {n} seeds on the same sums, {what} (`{file}.json`), differs from "
                  f"the recipe by {100 * d:+.1f} points on average (seed by seed {100 * min(diffs):+.1f} to "
-                 f"{100 * max(diffs):+.1f}; standard error {100 * s_ / n ** 0.5:.1f})"
-                 + (": within the noise" if abs(d) < 2 * s_ / n ** 0.5 else "")
-                 + (f" (the other{'s' if len(full) > 2 else ''} on all {n} seeds: "
-                    + "; ".join(f"{w} (`{f}.json`), {100 * x:+.1f}" for x, _, _, w, f, _ in full[1:]) + ")"
-                    if len(full) > 1 else "")
-                 + f". The best one's seed-by-seed differences spread by {100 * s_:.1f} points, so a variant tried on two seeds "
-                   f"has to move them by about {100 * 2 * s_ / 2 ** 0.5:.0f} points (two standard errors) before "
-                   "it shows. ")
+                 f"{100 * max(diffs):+.1f}; standard error {100 * d_se:.1f})"
+                 + (": within the noise" if abs(d) < 2 * d_se else "")
+                 + (f" (the other{'s' if len(full) > 2 else ''} on all {n} seeds: {others})" if others else "")
+                 + f". The best one's seed-by-seed differences spread by {100 * d_se * n ** 0.5:.1f} points, so a "
+                   f"variant tried on two seeds has to move them by about {100 * 2 * d_se * (n / 2) ** 0.5:.0f} "
+                   "points (two standard errors) before it shows. ")
     best = max(paired, key=lambda p: p[0]) if paired else None
     if best is not None and (not full or best is not full[0]):
-        d, s_, n, what, file, _ = best
+        d, d_se, n, what, file, _ = best
         text += (f"The largest average gain over the recipe on the same seeds and sums: {100 * d:+.1f} points "
-                 f"(standard error {100 * s_ / n ** 0.5:.1f}), {what} (`{file}.json`, {n} seeds). ")
+                 f"(standard error {100 * d_se:.1f}), {what} (`{file}.json`, {n} seeds). ")
     target = next(bound for _, metric, over, bound in TARGETS if metric == "after" and over == "mean")
     gap = target - mean
+    if gap <= 0:
+        return text + "The mean target is met."
     return text + (f"The mean target, {pct(target)}, is {100 * gap:.1f} points above the recipe's mean, "
-                   f"{gap / (sd / len(ends) ** 0.5):.1f} of its standard errors: a change to the recipe has to lift the "
-                   f"{len(ends)} seeds by that much on average; lifting one is not enough." if gap > 0 else "The mean target is met.")
+                   f"{gap / se:.1f} of its standard errors: a change to the recipe has to lift the {len(ends)} seeds "
+                   "by that much on average; lifting one is not enough.")
 
 
 def shortfall(runs: dict[int, dict]) -> float:
