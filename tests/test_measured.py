@@ -249,3 +249,20 @@ def test_the_noise_note_reads_the_seeds_spread_and_a_paired_variant():
     other_sums = {seed: dict(r, split_seed=1) for seed, r in far.items()}  # scored on other sums: not paired
     assert "a big change" not in noise_note(recipe, [("far", "a big change", other_sums)], rows=200)
     assert noise_note({1: recipe[1], 2: recipe[2]}, [], rows=200) == ""  # two seeds: no spread to speak of
+
+
+def test_the_warmup_probes_worked_sums_add_up_to_the_answer():
+    """bench/worked_sums.py (the tens-and-ones variant docs/measured.md reports): each worked line is right and the
+    last one ends on the row's answer, so the probe's 11% is the model's, not the references'."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("worked_sums", project_root() / "bench" / "worked_sums.py")
+    worked_sums = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(worked_sums)
+    assert worked_sums.worked(58, 59).splitlines() == ["50 + 50 = 100", "8 + 9 = 17", "100 + 17 = 117"]
+    rows = worked_sums.WorkedSums().make_rows("add2", 50, 3)
+    for row in rows:
+        for line in row["solution"].splitlines():
+            left, right = line.split(" = ")
+            assert sum(int(x) for x in left.split(" + ")) == int(right), line
+        assert row["solution"].rsplit(" = ", 1)[1] == row["answer"], row
+    assert len({row["question"] for row in rows}) == 50
