@@ -12,7 +12,7 @@ from tools.quoted import MEASURED, ROOT, QuoteError, check, default_paths, shown
 
 @pytest.fixture
 def measured(tmp_path):
-    (tmp_path / "run.json").write_text(json.dumps({"after": {"accuracy": 0.785}, "gain": 0.41, "seconds": 283.4,
+    (tmp_path / "run.json").write_text(json.dumps({"after": {"accuracy": 0.785, "field: item": 0.7}, "gain": 0.41, "seconds": 283.4,
                                                    "runs": [{"seed": 1, "after": 0.44}, {"seed": 2, "after": 0.66}]}))
     return tmp_path
 
@@ -40,6 +40,11 @@ def test_list_elements_by_field_and_index(measured):
     assert verdicts("seed 1: 44%<!--bench run.json runs.0.after-->", measured)[0][1]
 
 
+def test_a_key_with_a_colon_and_space(measured):
+    assert verdicts("item 70%<!--bench run.json after.field: item-->", measured) == [("70", True, "")]
+    assert not verdicts("item 60%<!--bench run.json after.field: item-->", measured)[0][1]
+
+
 @pytest.mark.parametrize("text, problem", [
     ("x 5%<!--bench missing.json a-->", "does not exist"),
     ("x 5%<!--bench run.json after.nothing-->", "no key 'nothing'"),
@@ -50,6 +55,16 @@ def test_list_elements_by_field_and_index(measured):
 def test_an_annotation_that_names_nothing_is_reported_not_raised(measured, text, problem):
     [(shown, ok, message)] = verdicts(text, measured)
     assert not ok and problem in message
+
+
+@pytest.mark.parametrize("text", [
+    "a gain of +41<!--bench run.json gain points-->",  # an unknown third word
+    "reached 78.5%<!--bench run.json-->",  # no path
+    "reached 78.5%<!-- bench run after.accuracy -->",  # not a .json file
+])
+def test_a_malformed_annotation_is_reported_not_skipped(measured, text):
+    [(shown, ok, message)] = verdicts(text, measured)
+    assert not ok and "malformed annotation" in message and "x100" in message
 
 
 def test_value_at_and_shown_number_helpers():

@@ -4,11 +4,12 @@ A quoted number carries an HTML comment right after it (invisible when the markd
 
     GRPO takes it to 78%<!--bench learning.json after.accuracy--> (+41<!--bench learning.json grpo_gain--> points)
 
-``FILE`` is a file of ``bench/measured/``; ``PATH`` is dot-separated keys, a list element picked by index
-(``runs.0``) or by a field's value (``runs.seed=1``). The number just before the comment is compared with the
-value, scaled: x100 when the number is followed by ``%`` or the comment by "point(s)", else x1, or the scale
-given as a third word (``x100``, ``x1``, ``/60`` for seconds shown as minutes); it must equal the value rounded to
-the decimals shown.
+``FILE`` is a file of ``bench/measured/``; ``PATH`` is dot-separated keys (a key may hold
+": ", as ``field: item``), a list element picked by index (``runs.0``) or by a field's value (``runs.seed=1``). The number just
+before the comment is compared with the value, scaled: x100 when the number is followed by ``%`` or the comment by
+"point(s)", else x1, or the scale given as a third word (``x100``, ``x1``, ``/60`` for seconds shown as minutes);
+it must equal the value rounded to the decimals shown. A comment that starts ``<!--bench`` but does not parse is
+reported, never skipped.
 
     python tools/quoted.py [FILE ...]     # default: every notebook, docs/*.md; exits 1 on a mismatch
 
@@ -32,8 +33,10 @@ from typing import Any, Iterator
 
 ROOT = Path(__file__).resolve().parents[1]
 MEASURED = ROOT / "bench" / "measured"
-ANNOTATION = re.compile(r"<!--\s*bench\s+(?P<file>[\w.\-]+\.json)\s+(?P<path>\S+?)(?:\s+(?P<scale>x100|x1|/60))?\s*-->")
+ANNOTATION = re.compile(r"<!--\s*bench\s+(?P<file>[\w.\-]+\.json)\s+(?P<path>(?:[^\s:]|:\s?)+?)(?:\s+(?P<scale>x100|x1|/60))?\s*-->")
 NUMBER = re.compile(r"(?P<number>[+\-\u2212]?\d[\d,]*(?:\.\d+)?)\s*(?P<unit>%|[a-zA-Z]+)?[*_`)]*\s*$")
+#: Any comment that starts like an annotation: one that ``ANNOTATION`` does not parse is reported, not skipped.
+ANY_ANNOTATION = re.compile(r"<!--\s*bench\b.*?-->", re.S)
 SCALES = {"x100": lambda v: 100 * v, "x1": lambda v: v, "/60": lambda v: v / 60}
 
 
@@ -89,12 +92,18 @@ def shown_number(before: str) -> tuple[str, str] | None:
 def check(text: str, where: str, measured: Path = MEASURED) -> Iterator[Quote]:
     """Every annotation in ``text`` with the verdict on its number."""
     cache: dict[str, Any] = {}
-    for found in ANNOTATION.finditer(text):
-        file, path, scale = found.group("file"), found.group("path"), found.group("scale")
-        line = text.count("\n", 0, found.start()) + 1
+    for loose in ANY_ANNOTATION.finditer(text):
+        found = ANNOTATION.fullmatch(loose.group(0))
+        line = text.count("\n", 0, loose.start()) + 1
         spot = f"{where}:{line}"
-        number = shown_number(text[max(0, found.start() - 80):found.start()])
+        number = shown_number(text[max(0, loose.start() - 80):loose.start()])
         shown = number[0] if number else ""
+        if found is None:
+            yield Quote(spot, shown, "", loose.group(0), None, False,
+                        "malformed annotation: write <!--bench FILE.json PATH--> with an optional third word "
+                        f"{' or '.join(SCALES)}")
+            continue
+        file, path, scale = found.group("file"), found.group("path"), found.group("scale")
         try:
             if not number:
                 raise QuoteError("no number right before the annotation")
@@ -105,7 +114,7 @@ def check(text: str, where: str, measured: Path = MEASURED) -> Iterator[Quote]:
             value = value_at(cache[file], path)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise QuoteError(f"the value is {value!r}, not a number")
-            after = text[found.end():found.end() + 12].lstrip()
+            after = text[loose.end():loose.end() + 12].lstrip()
             scale = scale or ("x100" if number[1] == "%" or after.startswith("point") else "x1")
             expected = SCALES[scale](value)
             digits = len(shown.split(".")[1]) if "." in shown else 0
