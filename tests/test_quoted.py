@@ -12,7 +12,8 @@ from tools.quoted import MEASURED, ROOT, QuoteError, check, default_paths, shown
 
 @pytest.fixture
 def measured(tmp_path):
-    (tmp_path / "run.json").write_text(json.dumps({"after": {"accuracy": 0.785, "field: item": 0.7}, "gain": 0.41, "seconds": 283.4,
+    (tmp_path / "run.json").write_text(json.dumps({"after": {"accuracy": 0.785, "field: item": 0.7}, "gain": 0.41,
+                                                   "seconds": 283.4,
                                                    "runs": [{"seed": 1, "after": 0.44}, {"seed": 2, "after": 0.66}]}))
     return tmp_path
 

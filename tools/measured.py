@@ -678,8 +678,8 @@ def warmup_note(by: dict[int, dict]) -> str:
 
     def side(r: dict) -> str:
         s, w = r["summary"], r["warmup"]
-        n = int(re.search(r"warmup_epochs=(\d+)", r["command"])[1]) if "warmup_epochs=" in r["command"] else 1
-        epochs = "1 epoch" if n == 1 else f"{n} epochs"  # the command's, not guessed from the optimizer steps
+        given = re.search(r"warmup_epochs=(\d+)", r["command"])  # the command's, not guessed from the steps
+        epochs = "1 epoch" if given is None or given[1] == "1" else f"{given[1]} epochs"
         return (f"{pct(s['accuracy'])} ({epochs}"
                 + (f", format {pct(s['format'])}" if s["format"] < 1 else "")
                 + (f", training loss {w['final_loss']:.4f}" if w["final_loss"] < 0.01 else "") + ")")

@@ -4,8 +4,8 @@ A quoted number carries an HTML comment right after it (invisible when the markd
 
     GRPO takes it to 78%<!--bench learning.json after.accuracy--> (+41<!--bench learning.json grpo_gain--> points)
 
-``FILE`` is a file of ``bench/measured/``; ``PATH`` is dot-separated keys (a key may hold
-": ", as ``field: item``), a list element picked by index (``runs.0``) or by a field's value (``runs.seed=1``). The number just
+``FILE`` is a file of ``bench/measured/``; ``PATH`` is dot-separated keys (a key may hold ": ",
+as ``field: item``), a list element picked by index (``runs.0``) or by a field's value (``runs.seed=1``). The number just
 before the comment is compared with the value, scaled: x100 when the number is followed by ``%`` or the comment by
 "point(s)", else x1, or the scale given as a third word (``x100``, ``x1``, ``/60`` for seconds shown as minutes);
 it must equal the value rounded to the decimals shown. A comment that starts ``<!--bench`` but does not parse is
@@ -94,17 +94,15 @@ def check(text: str, where: str, measured: Path = MEASURED) -> Iterator[Quote]:
     cache: dict[str, Any] = {}
     for loose in ANY_ANNOTATION.finditer(text):
         found = ANNOTATION.fullmatch(loose.group(0))
+        file, path, scale = (found["file"], found["path"], found["scale"]) if found else ("", loose.group(0), None)
         line = text.count("\n", 0, loose.start()) + 1
         spot = f"{where}:{line}"
         number = shown_number(text[max(0, loose.start() - 80):loose.start()])
         shown = number[0] if number else ""
-        if found is None:
-            yield Quote(spot, shown, "", loose.group(0), None, False,
-                        "malformed annotation: write <!--bench FILE.json PATH--> with an optional third word "
-                        f"{' or '.join(SCALES)}")
-            continue
-        file, path, scale = found.group("file"), found.group("path"), found.group("scale")
         try:
+            if found is None:
+                raise QuoteError("malformed annotation: write <!--bench FILE.json PATH--> with an optional third "
+                                 f"word {' or '.join(SCALES)}")
             if not number:
                 raise QuoteError("no number right before the annotation")
             if file not in cache:
