@@ -234,11 +234,19 @@ def _fake_colab(monkeypatch, mount):
     monkeypatch.setitem(sys.modules, "google.colab", colab)
 
 
+def _unset(monkeypatch, name: str) -> None:
+    """Remove ``name`` from the environment for this test only. ``monkeypatch.delenv(raising=False)`` records
+    nothing when the variable is unset, so what ``use_persistent_runs`` then sets would outlive the test (and reach
+    the notebook kernels started later on this worker): setting it first makes monkeypatch restore "unset"."""
+    monkeypatch.setenv(name, "")
+    monkeypatch.delenv(name)
+
+
 def test_persistent_runs_on_colab_mount_drive_and_set_course_runs(monkeypatch, tmp_path, capsys):
     mounted = []
     drive_runs = tmp_path / "drive" / "MyDrive" / "grpo-course" / "runs"
     monkeypatch.setattr(runs, "DRIVE_RUNS", drive_runs)
-    monkeypatch.delenv("COURSE_RUNS", raising=False)
+    _unset(monkeypatch, "COURSE_RUNS")
     monkeypatch.delenv("COURSE_RUN_DIR", raising=False)
     _fake_colab(monkeypatch, lambda where: mounted.append(where))
     assert runs.use_persistent_runs(True) == drive_runs
@@ -251,7 +259,7 @@ def test_persistent_runs_on_colab_mount_drive_and_set_course_runs(monkeypatch, t
 
 def test_persistent_runs_declined_on_colab_keeps_content_and_says_so(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(runs, "DRIVE_RUNS", tmp_path / "drive" / "MyDrive" / "g" / "runs")
-    monkeypatch.delenv("COURSE_RUNS", raising=False)
+    _unset(monkeypatch, "COURSE_RUNS")
 
     def declined(where):
         raise RuntimeError("credential propagation was unsuccessful")
@@ -264,7 +272,7 @@ def test_persistent_runs_declined_on_colab_keeps_content_and_says_so(monkeypatch
 
 
 def test_persistent_runs_never_asks_when_told_not_to_or_off_colab(monkeypatch, tmp_path):
-    monkeypatch.delenv("COURSE_RUNS", raising=False)
+    _unset(monkeypatch, "COURSE_RUNS")
     monkeypatch.delenv("KAGGLE_KERNEL_RUN_TYPE", raising=False)
     _fake_colab(monkeypatch, lambda where: pytest.fail("asked for Drive although KEEP_RUNS is False"))
     assert runs.use_persistent_runs(False) is None
@@ -275,7 +283,7 @@ def test_persistent_runs_never_asks_when_told_not_to_or_off_colab(monkeypatch, t
 
 
 def test_persistent_runs_on_kaggle_use_the_working_folder(monkeypatch, tmp_path):
-    monkeypatch.delenv("COURSE_RUNS", raising=False)
+    _unset(monkeypatch, "COURSE_RUNS")
     monkeypatch.setenv("KAGGLE_KERNEL_RUN_TYPE", "Interactive")
     monkeypatch.setattr(runs, "KAGGLE_RUNS", tmp_path / "working" / "runs")
     assert runs.use_persistent_runs() == tmp_path / "working" / "runs"
@@ -287,3 +295,15 @@ def test_persistent_runs_leave_a_chosen_course_runs_alone(monkeypatch, tmp_path)
     monkeypatch.setenv("KAGGLE_KERNEL_RUN_TYPE", "Interactive")
     assert runs.use_persistent_runs() is None
     assert runs.os.environ["COURSE_RUNS"] == str(tmp_path / "mine")
+
+
+def test_unset_leaves_no_course_runs_behind():
+    """What the helper above promises, checked with monkeypatch itself: "unset" is restored after the test."""
+    import os
+
+    patch = pytest.MonkeyPatch()
+    before = os.environ.get("COURSE_RUNS")
+    _unset(patch, "COURSE_RUNS")
+    os.environ["COURSE_RUNS"] = "/set/by/use_persistent_runs"
+    patch.undo()
+    assert os.environ.get("COURSE_RUNS") == before
