@@ -1,39 +1,28 @@
 """The GPU path of notebook 07, as far as a CPU can: Unsloth's patched GRPO trainer (``UnslothGRPOTrainer``, generated
 from TRL's source at import on a GPU) built with ``tools=[calculator]`` and ``max_tool_calling_iterations``, training
-one step whose rollouts call the tool, via ``tests/unsloth_tools_cpu.py`` in the contract environment (the approach of
-``tests/test_unsloth_trainer.py``)."""
+one step whose rollouts call the tool: the ``tools`` case of ``tests/unsloth_cpu.py`` in the contract environment, run
+in the same process as the cases of ``tests/test_unsloth_trainer.py``, once per test session.
+
+The model is that script's stand-in (the bundled model's config with 2 of its 30 layers, random weights, the bundled
+tokenizer). Which properties checked here depend on the model's size: none. The model's turns are scripted (no model
+writes tool calls reliably), so the calls, the replies, the masks, the rewards and the step are the same on any model.
+"""
 
 from __future__ import annotations
-
-import json
-import os
-import subprocess
-from pathlib import Path
 
 import pytest
 
 from helpers.calculator import calculate
 from helpers.tasks.tool_arithmetic import ToolArithmeticTask
 
-from .contract import contract_python
+from .contract import unsloth_case
 
 pytestmark = pytest.mark.contract
-SCRIPT = Path(__file__).with_name("unsloth_tools_cpu.py")
-ROOT = SCRIPT.parents[1]
 
 
 @pytest.fixture(scope="module")
 def out(tmp_path_factory):
-    run = tmp_path_factory.mktemp("unsloth-tools")
-    env = dict(os.environ, UNSLOTH_ALLOW_CPU="1", HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT), PYTHONWARNINGS="ignore",
-               UNSLOTH_COMPILE_DISABLE="1")  # Unsloth's compiled backward recompiles every step on a CPU
-    proc = subprocess.run([contract_python(), str(SCRIPT), str(run)], capture_output=True, text=True, env=env,
-                          timeout=900)
-    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("UNSLOTH-TOOLS-JSON ")), None)
-    assert proc.returncode == 0 and line is not None, (
-        f"Unsloth's trainer did not run ({proc.returncode}). If Unsloth moved "
-        f"`unsloth.models.rl._patch_trl_rl_trainers_impl`, update tests/unsloth_cpu.py.\n{proc.stderr[-4000:]}")
-    return json.loads(line[len("UNSLOTH-TOOLS-JSON "):])
+    return unsloth_case("tools", tmp_path_factory)
 
 
 def test_unsloths_trainer_is_built_with_the_tools(out):

@@ -1,22 +1,34 @@
-"""Run the course's GRPO training through Unsloth's own patched trainer, on a CPU.
+"""Run the course's GRPO training through Unsloth's own patched trainer, on a CPU: every case in one process.
 
-    <contract-venv>/bin/python tests/unsloth_cpu.py <profile> <run folder> [--steps N] [--wrong-order]
+    <contract-venv>/bin/python tests/unsloth_cpu.py <folder> [case ...]
 
-Run by ``tests/test_unsloth_trainer.py`` in the contract environment (Unsloth installed without its GPU
-dependencies). On a GPU, ``import unsloth`` rewrites TRL's trainers (``UnslothGRPOTrainer``, generated
-from TRL's source). With ``UNSLOTH_ALLOW_CPU=1`` the import returns before that step, so this script
-does what the import would: it reports a compute capability (7.5, a T4) and calls the same private entry
-Unsloth uses, ``unsloth.models.rl._patch_trl_rl_trainers_impl``. If that entry moves in a later Unsloth,
-the script fails loudly (the test does not skip).
+Run once per test session by ``tests/test_unsloth_trainer.py`` and ``tests/test_unsloth_tools.py`` (through
+``tests/shared.py``) in the contract environment (Unsloth installed without its GPU dependencies). On a GPU,
+``import unsloth`` rewrites TRL's trainers (``UnslothGRPOTrainer``, generated from TRL's source). With
+``UNSLOTH_ALLOW_CPU=1`` the import returns before that step, so this script does what the import would: it reports
+a compute capability (7.5, a T4) and calls the same private entry Unsloth uses,
+``unsloth.models.rl._patch_trl_rl_trainers_impl``. If that entry moves in a later Unsloth, the script fails loudly
+(the tests do not skip).
 
-Unsloth's ``FastLanguageModel`` needs a GPU, so the model is the bundled SmolLM2 loaded with transformers
-+ PEFT, in float32, given the no-op ``for_training``/``for_inference`` Unsloth's trainer calls. Everything
-else is the course's own code: ``helpers.training.train_grpo`` (the save point of notebook 03) with the
-GPU profile's recipe (its task, GSM8K, from the course's sample in ``data/gsm8k_sample``), the model loaded
-*before* any TRL config is built, as on Colab.
+The cases (:data:`CASES`), in this order, each in ``<folder>/<case>``, each printing one line
+``UNSLOTH-CPU-JSON {"case": ..., ...}`` (or ``{"case": ..., "crash": <traceback>}``, and the next case runs):
 
-Prints one line ``UNSLOTH-CPU-JSON {...}`` with what ran: the trainer and config classes, the effective
-config, the steps, and the files the run wrote.
+* ``wrong-order``: a GRPOConfig built before Unsloth patched TRL, then Unsloth's trainer (the defect the course had).
+  It must come first: it needs TRL unpatched, and every later case runs on the patched TRL, as on Colab after
+  ``import unsloth``;
+* ``colab-t4``, ``gpu-large``: ``helpers.training.train_grpo`` (the save point of notebook 03) with the GPU
+  profile's recipe (its task, GSM8K, from the course's sample in ``data/gsm8k_sample``), one step, the model loaded
+  *before* any TRL config is built. gpu-large carries ``chat_template_kwargs`` through Unsloth's trainer;
+* ``tools``: notebook 07's trainer with ``tools=`` and one step whose scripted rollouts call the tool
+  (``tests/unsloth_tools_cpu.py``).
+
+Unsloth's ``FastLanguageModel`` needs a GPU, so the model is loaded with transformers + PEFT, in float32, and given
+the no-op ``for_training``/``for_inference`` Unsloth's trainer calls. It is a **stand-in**: the bundled SmolLM2's
+own config (llama, hidden size 576, 9 heads, its 49,152-token vocabulary and tied head) with 2 layers instead of 30,
+random weights, and the bundled tokenizer (:func:`tiny_bundled_model`). Nothing these cases report depends on the
+model's depth or weights: the trainer and config classes, the config values, the steps, the files written, the
+rewards logged, the tool loop's turns and masks (scripted), and whether the adapter changed. Everything else is the
+course's own code.
 """
 
 from __future__ import annotations
@@ -52,8 +64,44 @@ def import_unsloth_as_on_a_t4(profile=None) -> None:
     _PATCHED.append(True)
 
 
+#: The stand-in's depth: the bundled model has 30 layers.
+TINY_LAYERS = 2
+
+
+def tiny_bundled_model(folder: Path) -> Path:
+    """The bundled model's config and tokenizer with :data:`TINY_LAYERS` layers of random weights, saved in ``folder``.
+
+    Its hidden size, heads, vocabulary (so the LM head's width) and tied head are the bundled SmolLM2's."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+    from helpers.models import bundled_model_path
+
+    bundled = bundled_model_path()
+    config = AutoConfig.from_pretrained(bundled)
+    config.num_hidden_layers = TINY_LAYERS
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config)
+    model.generation_config = GenerationConfig.from_pretrained(bundled)
+    model.save_pretrained(folder)
+    AutoTokenizer.from_pretrained(bundled).save_pretrained(folder)
+    return folder
+
+
+def use_tiny_bundled_model(folder: Path) -> dict:
+    """Make the course load :func:`tiny_bundled_model` wherever it loads the bundled model; what it is, for the report."""
+    import helpers.models
+
+    tiny = tiny_bundled_model(folder)
+    real = helpers.models.model_source
+    helpers.models.model_source = lambda spec: str(tiny) if spec.bundled else real(spec)
+    config = json.loads((tiny / "config.json").read_text())
+    return {k: config[k] for k in ("model_type", "num_hidden_layers", "hidden_size", "num_attention_heads",
+                                   "vocab_size", "tie_word_embeddings")}
+
+
 def cpu_stand_in_for_fast_language_model(profile, spec, adapter, lora, bf16=False):
-    """helpers.models._load_unsloth on a CPU: the bundled model with PEFT LoRA, after Unsloth's patch."""
+    """helpers.models._load_unsloth on a CPU: the stand-in model with PEFT LoRA, after Unsloth's patch."""
     import types
 
     import helpers.models
@@ -77,7 +125,7 @@ def patch_unsloth_import(replacement) -> None:
         module.import_unsloth = replacement
 
 
-def wrong_order(profile, run: Path) -> int:
+def wrong_order(profile, run: Path) -> dict:
     """The defect the course had: a GRPOConfig built before Unsloth patched TRL, then Unsloth's trainer."""
     from helpers.data import ensure_prepared
     from helpers.models import load_model
@@ -98,37 +146,33 @@ def wrong_order(profile, run: Path) -> int:
         error = None
     except Exception as exc:  # noqa: BLE001 - reported, not hidden
         error = f"{type(exc).__name__}: {exc}"
-    print("UNSLOTH-CPU-JSON " + json.dumps({
-        "trainer_class": type(trainer).__name__, "error": error,
-        "config_is_unsloths": "unsloth_num_chunks" in {f.name for f in dataclasses.fields(config)}}))
-    return 0
+    return {"trainer_class": type(trainer).__name__, "error": error,
+            "config_is_unsloths": "unsloth_num_chunks" in {f.name for f in dataclasses.fields(config)}}
 
 
-def main() -> int:
-    name, run = sys.argv[1], Path(sys.argv[2])
-    steps = int(sys.argv[sys.argv.index("--steps") + 1]) if "--steps" in sys.argv else 1
-
-    import helpers.models
+def cpu_profile(name: str, steps: int = 1):
+    """The GPU profile's recipe (its task and level, GSM8K, so its rewards; its loss, clipping, masking, optimizer,
+    LoRA) at CPU sizes: two short completions of 16 problems of the course's GSM8K sample."""
     from helpers.profiles import get_profile
+
+    os.environ.setdefault("COURSE_GSM8K_DIR", str(ROOT / "data" / "gsm8k_sample"))
+    return get_profile(name, max_steps=steps, save_steps=1, max_completion_length=32, num_generations=2,
+                       per_device_train_batch_size=2, time_budget_minutes=None, train_rows=16, eval_rows=4,
+                       eval_prompts=4)
+
+
+def trains(name: str, run: Path) -> dict:
+    """One step of ``helpers.training.train_grpo`` on profile ``name`` through Unsloth's trainer: what ran."""
     from helpers.training import train_grpo
 
-    # the GPU profile's recipe (its task and level, GSM8K, so its rewards; its loss, clipping, masking, optimizer,
-    # LoRA) at CPU sizes: two short completions of 16 problems of the course's GSM8K sample (Unsloth's backward is
-    # slow on a CPU: ~40 s a step even so)
-    os.environ.setdefault("COURSE_GSM8K_DIR", str(ROOT / "data" / "gsm8k_sample"))
-    profile = get_profile(name, max_steps=steps, save_steps=1, max_completion_length=32, num_generations=2,
-                          per_device_train_batch_size=2, time_budget_minutes=None, train_rows=16, eval_rows=4,
-                          eval_prompts=4)
-    patch_unsloth_import(import_unsloth_as_on_a_t4)
-    helpers.models._load_unsloth = cpu_stand_in_for_fast_language_model
-    if "--wrong-order" in sys.argv:
-        return wrong_order(profile, run)
+    os.environ["COURSE_PROFILE"] = name  # as the notebook's machine would have it (the profile is passed anyway)
+    profile = cpu_profile(name)
     out = train_grpo(profile, run, resume=False)
 
     import trl
 
     trainer, config = out["trainer"], out["trainer"].args
-    result = {
+    return {
         "trainer_class": type(trainer).__name__, "trainer_mro": [c.__name__ for c in type(trainer).__mro__[:4]],
         "trl_GRPOTrainer": trl.GRPOTrainer.__name__, "config_class": type(config).__name__,
         "config_is_unsloths": "unsloth_num_chunks" in {f.name for f in dataclasses.fields(config)},
@@ -141,8 +185,45 @@ def main() -> int:
         "global_step": trainer.state.global_step,
         "files": sorted(str(p.relative_to(run)) for p in run.rglob("*") if p.is_file()),
         "rewards_logged": sorted(k for k in trainer.state.log_history[0] if k.startswith("rewards/")),
+        "model_layers": out["model"].config.num_hidden_layers,
     }
-    print("UNSLOTH-CPU-JSON " + json.dumps(result, default=str))
+
+
+def tools(run: Path) -> dict:
+    sys.modules.setdefault("unsloth_cpu", sys.modules[__name__])  # one _PATCHED: TRL is patched once per process
+    from unsloth_tools_cpu import tool_step  # tests/ is on sys.path: the script's folder
+
+    return tool_step(run)
+
+
+#: The cases in the order they run (see the module's docstring for why this order).
+CASES = {"wrong-order": lambda run: wrong_order(cpu_profile("colab-t4"), run),  # TRL unpatched: first
+         "colab-t4": lambda run: trains("colab-t4", run),
+         "gpu-large": lambda run: trains("gpu-large", run),
+         "tools": tools}
+
+
+def main() -> int:
+    import traceback
+
+    import helpers.models
+
+    folder = Path(sys.argv[1])
+    asked = sys.argv[2:] or list(CASES)
+    unknown = sorted(set(asked) - set(CASES))
+    if unknown:
+        raise SystemExit(f"unknown case(s) {unknown}: choose from {list(CASES)}")
+    stand_in = use_tiny_bundled_model(folder / "stand-in-model")
+    patch_unsloth_import(import_unsloth_as_on_a_t4)
+    helpers.models._load_unsloth = cpu_stand_in_for_fast_language_model
+    for case in [c for c in CASES if c in asked]:  # always in CASES' order
+        run = folder / case
+        run.mkdir(parents=True, exist_ok=True)
+        try:
+            result = {"case": case, "run": str(run), "stand_in": stand_in, **CASES[case](run)}
+        except Exception:  # noqa: BLE001 - reported per case; the next case still runs
+            result = {"case": case, "crash": traceback.format_exc()[-4000:]}
+        print("UNSLOTH-CPU-JSON " + json.dumps(result, default=str), flush=True)
     return 0
 
 

@@ -1,19 +1,19 @@
 """Build Unsloth's patched GRPO trainer with ``tools=`` on a CPU, and train one step whose rollouts call the tool.
 
-    <contract-venv>/bin/python tests/unsloth_tools_cpu.py <run folder>
+``tool_step(run)``: the ``tools`` case of ``tests/unsloth_cpu.py`` (run there, after the trainer cases, in the same
+process, for ``tests/test_unsloth_tools.py``), in the contract environment: Unsloth is made to patch TRL as on a T4
+(``import_unsloth_as_on_a_t4``), and the stand-in model of that script (the bundled model's config with 2 layers,
+random weights, the bundled tokenizer), loaded with transformers + PEFT in float32, stands in for
+``FastLanguageModel``'s.
 
-Run by ``tests/test_unsloth_tools.py`` in the contract environment, the way ``tests/unsloth_cpu.py`` runs
-notebook 03's path: Unsloth is made to patch TRL as on a T4 (``import_unsloth_as_on_a_t4``), and the bundled
-model, loaded with transformers + PEFT in float32, stands in for ``FastLanguageModel``'s.
-
-The untrained 135M model rarely writes a tool call, so the model's turns are *scripted*: the trainer's own
+A model, trained or not, rarely writes a tool call, so the model's turns are *scripted*: the trainer's own
 ``_generate_single_turn`` is replaced by one that returns the reference call's tokens for a prompt and, after the
 tool's reply, the right answer in every other rollout and a wrong one in the rest. Everything else (TRL's parsing,
 the tool, ``tool_mask``, the rewards and advantages, Unsloth's loss and the optimizer step) is the patched
 trainer's own.
 
-Prints one line ``UNSLOTH-TOOLS-JSON {...}``: the trainer class, the step's tool metrics, the loss, the rollouts'
-turns from the completion log and the tool masks the loss used.
+Returns the trainer class, the step's tool metrics, the loss, the rollouts' turns from the completion log and the tool
+masks the loss used.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 os.environ.setdefault("UNSLOTH_ALLOW_CPU", "1")
@@ -33,8 +32,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 from unsloth_cpu import import_unsloth_as_on_a_t4  # noqa: E402  (the same patch as notebook 03's check)
 
 
-def main() -> int:
-    run = Path(sys.argv[1])
+def tool_step(run: Path) -> dict:
+    """Notebook 07's trainer on colab-t4 with ``tools=[calculator]``, one step of scripted turns: what ran."""
     from helpers.profiles import get_profile
 
     profile = get_profile("colab-t4", task="tools")
@@ -113,7 +112,7 @@ def main() -> int:
     logs = [h for h in trainer.state.log_history if "loss" in h]
     files = sorted((run / "grpo" / "completions").glob("*.parquet"))
     log = pd.read_parquet(files[0]) if files else None
-    print("UNSLOTH-TOOLS-JSON " + json.dumps({
+    return {
         "trainer_class": type(trainer).__name__, "trl_GRPOTrainer": trl.GRPOTrainer.__name__,
         "config_is_unsloths": hasattr(config, "unsloth_num_chunks"), "error": error,
         "global_step": trainer.state.global_step, "scripted_turns": scripted,
@@ -129,10 +128,4 @@ def main() -> int:
         "turns": [json.loads(t) for t in log["turns"]] if log is not None else None,
         "answers": log["answer"].tolist() if log is not None else None,
         "tool_masks": masks,
-    }, default=str))
-    return 0
-
-
-if __name__ == "__main__":
-    os.chdir(tempfile.mkdtemp(prefix="unsloth-tools-cpu-"))  # Unsloth writes unsloth_compiled_cache/ into the cwd
-    raise SystemExit(main())
+    }
