@@ -24,8 +24,13 @@ help:
 setup: $(STAMP)
 	@$(PY) -m helpers.models --build >/dev/null && echo "setup: ready (bundled model in $$($(PY) -m helpers.models))"
 
+# Before the venv is made: is there a $(PYTHON), and can this platform and Python install the pins?
+# (tools/check_platform.py: standard library only; it refuses with what to do, e.g. `PYTHON=python3.12 make setup`.)
 $(STAMP): pyproject.toml
-	@test -x $(PY) || { echo "setup: creating $(VENV) with $$($(PYTHON) --version)"; $(PYTHON) -m venv $(VENV); }
+	@test -x $(PY) || command -v $(PYTHON) >/dev/null || \
+	  { echo "setup: no '$(PYTHON)' here: install Python 3.10 to 3.14, then PYTHON=python3.12 make setup" >&2; exit 1; }
+	@test -x $(PY) || { $(PYTHON) tools/check_platform.py && echo "setup: creating $(VENV) with $$($(PYTHON) --version)" \
+	  && $(PYTHON) -m venv $(VENV); }
 	@echo "setup: installing the CPU stack and helpers (a few minutes the first time)"
 	$(PY) -m pip install $(PIP_FLAGS) --upgrade pip
 	$(PY) -m pip install $(PIP_FLAGS) -e ".[cpu,dev]"
