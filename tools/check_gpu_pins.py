@@ -14,7 +14,7 @@ with the given extras the way that cell installs it:
 * every other preinstalled package as a constraint, released (and reported) only when a requirement
   needs another version: pip's only-if-needed upgrade on the image.
 
-Prints one JSON object: whether it resolved, in how many seconds, what the install would change on
+Prints one JSON object: whether it resolved, on which day (UTC), in how many seconds, what the install would change on
 the image (``package: [colab, new]``), what it adds, and whether the torch trio and ipywidgets stay.
 Exit status 1 when it does not resolve or when the torch trio would change.
 """
@@ -164,7 +164,8 @@ def check(extras: list[str]) -> dict:
     changed = {k: [colab[k], v] for k, v in sorted(chosen.items()) if k in colab and colab[k] != v}
     added = {k: v for k, v in sorted(chosen.items()) if k not in colab}
     trio = {k: chosen.get(k, colab[k]) for k in TRIO}
-    return {"resolved": True, "seconds": round(time.time() - start, 1), "python": PYTHON, "extras": extras,
+    return {"resolved": True, "asked": time.strftime("%Y-%m-%d", time.gmtime()),  # the index changes: when asked
+            "seconds": round(time.time() - start, 1), "python": PYTHON, "extras": extras,
             "image": "Colab GPU (tools/colab/pip-freeze.gpu.txt)", "released_constraints": released,
             "changed": changed, "added": added, "torch_trio": trio,
             "torch_trio_kept": all(trio[k] == colab[k] for k in TRIO),
