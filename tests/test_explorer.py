@@ -1,6 +1,7 @@
 """helpers.explorer: reading TRL 1.13's completion logs (``<output_dir>/completions/completions_<step>.parquet``)."""
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -106,13 +107,15 @@ def test_render_step_escapes_html_and_shows_the_best_first(run):
 
 
 @pytest.mark.slow
-def test_a_real_tiny_grpo_run_is_read_as_trl_wrote_and_logged_it(tmp_path):
+def test_a_real_tiny_grpo_run_is_read_as_trl_wrote_and_logged_it(tmp_path_factory):
+    """The shared 2-step cpu-smoke run (tests/shared.py, run once per session)."""
     from helpers.profiles import get_profile
     from helpers.tasks import get_task
-    from helpers.training import train_grpo
 
-    profile = get_profile("cpu-smoke", max_steps=2, time_budget_minutes=None)
-    train_grpo(profile, tmp_path, warmup=False)
+    from .shared import smoke_run
+
+    profile = get_profile("cpu-smoke")
+    tmp_path = Path(smoke_run(tmp_path_factory)["run"])
     df = load_completions(tmp_path / "grpo")
     task = get_task(profile.task)
     assert df.attrs["rewards"] == [f.__name__ for f, _ in task.rewards_for(profile.task_level)]

@@ -41,14 +41,21 @@ QWEN3_STYLE = (
 )
 
 
-def spy_on_generate(model):
-    """Record the unpadded prompt ids of every ``model.generate`` call."""
+class Recorded(Exception):
+    """Raised by the spy once it holds the prompts of one generation batch: nothing after generation is needed."""
+
+
+def spy_on_generate(model, stop_after: int | None = None):
+    """Record the unpadded prompt ids of every ``model.generate`` call; with ``stop_after``, raise :class:`Recorded`
+    (before sampling) once that many prompt rows are recorded. A call is always recorded whole."""
     seen: list[list[int]] = []
     original = model.generate
 
     def spy(*args, **kwargs):
         for row, mask in zip(kwargs["input_ids"], kwargs["attention_mask"]):
             seen.append(row[mask.bool()].tolist())
+        if stop_after is not None and len(seen) >= stop_after:
+            raise Recorded
         return original(*args, **kwargs)
 
     model.generate = spy
@@ -56,7 +63,10 @@ def spy_on_generate(model):
 
 
 def trl_prompt_ids(model, tok, profile, run, dataset, **overrides):
-    """The prompt ids TRL's GRPOTrainer generates from in one training step (dataset order kept)."""
+    """The prompt ids TRL's GRPOTrainer generates from in its first generation batch (dataset order kept).
+
+    The spy stops the step once the batch's prompts reach ``model.generate`` (TRL may split a batch over several
+    calls): no completion is sampled and there is no loss, backward or optimizer step, which these tests do not read."""
     from trl import GRPOTrainer
 
     rewards = get_task(profile.task).rewards_for(profile.task_level)
@@ -64,9 +74,16 @@ def trl_prompt_ids(model, tok, profile, run, dataset, **overrides):
                          save_strategy="no", **overrides)
     trainer = GRPOTrainer(model=model, processing_class=tok, reward_funcs=[f for f, _ in rewards], args=config,
                           train_dataset=dataset)
-    seen = spy_on_generate(model)
-    trainer.train()
-    assert seen, "TRL never called model.generate: the spy did not see the trainer's inputs"
+    seen = spy_on_generate(model, stop_after=config.generation_batch_size)
+    try:
+        trainer.train()
+    except Recorded:
+        pass
+    finally:
+        del model.generate  # the spy is an instance attribute: the class's generate again
+    assert len(seen) == config.generation_batch_size, (
+        f"TRL sent {len(seen)} prompt rows to model.generate, not one generation batch of "
+        f"{config.generation_batch_size}: the spy did not see the trainer's inputs")
     return seen
 
 
@@ -101,10 +118,11 @@ def test_trainer_notebooks_warmup_and_evaluation_see_the_same_ids(bundled, tmp_p
     generate(model, tok, train["prompt"], SamplingSettings(max_new_tokens=2))
     assert seen == expected
 
-    # the SFT warm-up: the prompt part of every tokenized row, and the completion continues the prefill
+    # the SFT warm-up: the prompt part of every tokenized row, and the completion continues the prefill (the JSON
+    # prefill is '{"', one token, so the rendered prompt is a token prefix of prompt + answer)
     from trl import SFTConfig, SFTTrainer
 
-    rows = warmup_dataset(profile, tok).select(range(2))
+    rows = warmup_dataset(profile, tok).select(range(3))
     sft = SFTTrainer(model=model, processing_class=tok, train_dataset=rows,
                      args=SFTConfig(output_dir=str(tmp_path / "sft"), use_cpu=True, report_to="none",
                                     completion_only_loss=True, bf16=False, max_steps=0))

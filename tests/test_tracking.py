@@ -13,6 +13,8 @@ import pytest
 from helpers import tracking
 from helpers.tracking import PROJECT, Tracking, run_name_for, trackio_dir
 
+from .shared import smoke_run
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -121,20 +123,108 @@ def test_training_still_runs_where_trackio_cannot_start_and_says_why(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_course_run_lands_in_trackio_with_held_out_accuracy(tmp_path):
-    out = fresh(f"""
-        import json, os
-        os.environ.pop("TRACKIO_DIR", None)
-        from helpers.profiles import get_profile
-        from helpers.training import train_grpo
-        out = train_grpo(get_profile("cpu-smoke", max_steps=2, watch_prompts=2, watch_evals=2), {str(tmp_path)!r},
-                         warmup=False)
-        from trackio.sqlite_storage import SQLiteStorage
-        logs = SQLiteStorage.get_logs("grpo-course", "arithmetic-dapo-seed3407")
-        print(json.dumps({{"runs": SQLiteStorage.get_runs("grpo-course"), "keys": sorted({{k for r in logs for k in r}}),
-                          "callbacks": [type(c).__name__ for c in out["trainer"].callback_handler.callbacks]}}))""",
-                env={"OMP_NUM_THREADS": "1"})
+def test_a_course_run_lands_in_trackio_with_held_out_accuracy(tmp_path_factory):
+    """The shared 2-step cpu-smoke run (tests/shared.py, run once per session in a fresh interpreter)."""
+    out = smoke_run(tmp_path_factory)
+    run = Path(out["run"])
     assert out["runs"] == ["arithmetic-dapo-seed3407"]
     assert {"train/reward", "train/entropy", "train/frac_reward_zero_std", "eval/accuracy"} <= set(out["keys"])
     assert out["callbacks"][-1] == "TrackioCallback" and out["callbacks"].index("HeldOutCallback") < len(out["callbacks"]) - 1
-    assert (tmp_path / "trackio" / "grpo-course.db").is_file()
+    assert (run / "trackio" / "grpo-course.db").is_file()
+
+
+# --------------------------------------------------------------------------- the dashboard stays private
+
+
+def _stand_in_colab(monkeypatch) -> list:
+    """A stand-in ``google.colab`` whose ``output.serve_kernel_port_as_iframe`` records its calls."""
+    import types
+
+    served = []
+    google, colab, output = (types.ModuleType(n) for n in ("google", "google.colab", "google.colab.output"))
+    output.serve_kernel_port_as_iframe = lambda port, **kw: served.append((port, kw))
+    google.colab, colab.output = colab, output
+    for module in (google, colab, output):
+        monkeypatch.setitem(sys.modules, module.__name__, module)
+    return served
+
+
+def test_show_privately_uses_colabs_proxy_without_the_write_token(monkeypatch):
+    dashboard = (None, "http://127.0.0.1:7861/", None, "http://127.0.0.1:7861/?project=grpo-course&write_token=s3")
+    monkeypatch.delenv("COLAB_RELEASE_TAG", raising=False)
+    monkeypatch.delitem(sys.modules, "google.colab", raising=False)
+    tracking.show_privately(dashboard)  # a laptop: trackio's own frame works, nothing more to do
+    served = _stand_in_colab(monkeypatch)
+    tracking.show_privately(dashboard)
+    assert served == [(7861, {"path": "/?project=grpo-course", "height": "1000"})]
+
+
+def test_show_privately_refuses_and_closes_a_public_link():
+    closed = []
+    server = type("Server", (), {"close": lambda self: closed.append(True)})()
+    with pytest.raises(RuntimeError, match="share=False"):
+        tracking.show_privately((server, "http://127.0.0.1:7860/", "https://abc.trackio.live", "https://abc..."))
+    assert closed == [True]
+
+
+def test_the_notebooks_dashboard_call_makes_no_public_link_where_trackio_would(tmp_path):
+    """Notebook 03's call, with trackio told it runs on Colab (where it would share by itself): no tunnel is
+    asked for, and the port handed to Colab's proxy is the live dashboard's."""
+    out = fresh(f"""
+        import json, sys, types, urllib.request
+        import trackio, trackio.launch
+        trackio.launch.colab_check = lambda: True          # what trackio sees on Colab
+        def no_tunnel(**kw):
+            raise AssertionError("a public share link was asked for")
+        trackio.launch.setup_tunnel = no_tunnel
+        served = []
+        google, colab, output = (types.ModuleType(n) for n in ("google", "google.colab", "google.colab.output"))
+        output.serve_kernel_port_as_iframe = lambda port, **kw: served.append([port, kw["path"]])
+        google.colab, colab.output = colab, output
+        sys.modules.update({{m.__name__: m for m in (google, colab, output)}})
+        from helpers.tracking import show_privately
+        dashboard = trackio.show(project="grpo-course", share=False, open_browser=False, block_thread=False)
+        show_privately(dashboard)
+        port, path = served[0]
+        status = urllib.request.urlopen(f"http://127.0.0.1:{{port}}{{path}}", timeout=30).status
+        dashboard[0].close()
+        print(json.dumps({{"share_url": dashboard[2], "served": served, "url": dashboard[1], "status": status}}))""",
+                env={"TRACKIO_DIR": str(tmp_path)})
+    assert out["share_url"] is None and out["status"] == 200
+    assert out["served"] == [[int(out["url"].rstrip("/").rsplit(":", 1)[1]), "/?project=grpo-course"]]
+
+
+def _dashboard_calls(source: str, where: str) -> list[str]:
+    """Every call in ``source`` that can start trackio's dashboard (``trackio.show``, ``launch_trackio_dashboard``)
+    and does not pass ``share=False``."""
+    import ast
+
+    tree, bad = ast.parse(source), []
+    starters = {"trackio.show", "launch_trackio_dashboard"} | {  # `from trackio import show as s` -> s
+        alias.asname or alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+        and (node.module or "").startswith("trackio") for alias in node.names if alias.name == "show"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            name = ast.unparse(node.func)
+            if name in starters or name.endswith((".launch_trackio_dashboard", "trackio.show")):
+                share = next((k.value for k in node.keywords if k.arg == "share"), None)
+                if not (isinstance(share, ast.Constant) and share.value is False):
+                    bad.append(f"{where}:{node.lineno} {ast.unparse(node)[:80]}")
+    return bad
+
+
+def test_no_course_cell_or_helper_can_start_a_shared_dashboard():
+    from tests.notebook_code import notebook_code
+
+    bad, seen = [], 0
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        source = notebook_code(path)  # every code cell and exercise solution
+        seen += source.count("trackio.show(")
+        bad += _dashboard_calls(source, path.name)
+    for path in sorted([*(ROOT / "helpers").rglob("*.py"), *(ROOT / "examples").glob("*.py")]):
+        bad += _dashboard_calls(path.read_text(), str(path.relative_to(ROOT)))
+    assert seen >= 1, "notebook 03 no longer starts the dashboard: this test checks nothing"
+    assert not bad, f"a dashboard started without share=False (on Colab trackio then shares it publicly): {bad}"
+    assert _dashboard_calls("import trackio\ntrackio.show(project='p')", "x") == ["x:2 trackio.show(project='p')"]
+    assert _dashboard_calls("trackio.show(project='p', share=True)", "x") == ["x:1 trackio.show(project='p', share=True)"]
+    assert _dashboard_calls("from trackio import show as s\ns(share=None)", "x") == ["x:2 s(share=None)"]

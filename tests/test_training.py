@@ -1,7 +1,6 @@
 """helpers.training: config checks, precision, the GRPOConfig of every profile and task, the warm-up of both
 tasks, the run's own record, and real runs (one that stops and resumes; the JSON task by its profile alone)."""
 
-import copy
 import json
 import re
 from pathlib import Path
@@ -11,7 +10,7 @@ import pytest
 
 from helpers import training
 from helpers.profiles import PROFILES, get_profile
-from helpers.prompts import build_prompt, encode, install_prefill
+from helpers.prompts import build_prompt
 from helpers.tasks import get_task
 from helpers.tasks.arithmetic import PRESETS
 from helpers.tasks.orders import JSON_PREFILL
@@ -406,24 +405,8 @@ def lora_model():
     return load_model(SMOKE)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("profile, prefill", [(SMOKE, PREFILL), (SMOKE, ""), (JSON_SMOKE, JSON_PREFILL)],
-                         ids=["arithmetic", "no-prefill", "json"])
-def test_sft_trains_on_the_completion_after_the_prompt_grpo_will_see(lora_model, tmp_path, profile, prefill):
-    """The JSON prefill is '{"' (one token), so the rendered prompt is a token prefix of prompt + answer."""
-    from trl import SFTConfig, SFTTrainer
-
-    model, tok = lora_model
-    args = SFTConfig(output_dir=str(tmp_path), completion_only_loss=True, use_cpu=True, report_to="none")
-    tokenizer = install_prefill(copy.deepcopy(tok), prefill)
-    rows = warmup_dataset(profile, tokenizer)
-    sft = SFTTrainer(model=model, args=args, train_dataset=rows, processing_class=tokenizer)
-    for example, row in zip(sft.train_dataset.select(range(3)), rows):
-        start = next(i for i, label in enumerate(example["labels"]) if label != -100)
-        assert example["input_ids"][:start] == encode(tokenizer, [row["prompt"]])[0]
-        learned = tokenizer.decode(example["input_ids"][start:])
-        content = row["completion"][0]["content"]
-        assert learned == content[len(prefill):] + "<|im_end|>\n"  # the model learns to continue and to stop
+# SFT's prompt/label parity (labels start after the prompt GRPO will see; the rest is the completion after the
+# prefill, then <|im_end|>) for arithmetic, no prefill and JSON: tests/test_prompt_parity.py, first test.
 
 
 @pytest.mark.slow
@@ -445,25 +428,17 @@ def test_run_warmup_saves_the_warmup_adapter(lora_model, tmp_path):
 
 
 @pytest.mark.slow
-def test_train_grpo_runs_the_callbacks_it_is_given_beside_the_courses(tmp_path):
-    from transformers import TrainerCallback
+def test_train_grpo_runs_the_callbacks_it_is_given_beside_the_courses(tmp_path_factory):
+    """The shared 2-step cpu-smoke run (tests/shared.py): it passes a callback recording the steps it sees and
+    ``config_overrides={"top_entropy_quantile": 0.2}``."""
+    from .shared import smoke_run
 
-    from helpers.training import train_grpo
-
-    class Steps(TrainerCallback):
-        def __init__(self):
-            self.seen = []
-
-        def on_step_end(self, args, state, control, **kwargs):
-            self.seen.append(state.global_step)
-
-    steps = Steps()
-    out = train_grpo(get_profile("cpu-smoke", max_steps=1), tmp_path, warmup=False, callbacks=[steps],
-                     config_overrides={"top_entropy_quantile": 0.2})  # a benchmark's GRPOConfig variant
-    assert steps.seen == [1]
-    assert [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [1]
-    assert out["trainer"].top_entropy_quantile == 0.2  # the trainer ran with it, and the run folder records it
-    assert json.loads((tmp_path / "train_config.json").read_text())["grpo_config"]["top_entropy_quantile"] == 0.2
+    out = smoke_run(tmp_path_factory)
+    run = Path(out["run"])
+    assert out["steps_seen"] == [1, 2]
+    assert [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+    assert out["top_entropy_quantile"] == 0.2  # the trainer ran with it, and the run folder records it
+    assert json.loads((run / "train_config.json").read_text())["grpo_config"]["top_entropy_quantile"] == 0.2
 
 
 @pytest.mark.slow
@@ -537,9 +512,10 @@ def test_a_bf16_cpu_trains_on_a_bf16_base_with_float32_lora(tmp_path, monkeypatc
     monkeypatch.setattr(training, "cpu_bf16", lambda: True)  # bf16 measured faster here: check_config accepts it
     monkeypatch.setattr(training, "precision", lambda profile, capability: {"bf16": True, "fp16": False})  # asked for
     # small: on a CPU without bf16 kernels (AVX2 only) a bf16 backward is several times slower than float32, so the
-    # warm-up keeps 2 examples and no held-out slice is scored (the steps sample in bf16 already)
+    # warm-up keeps 2 examples, no held-out slice is scored (the steps sample in bf16 already) and completions stop
+    # at the task's floor, 20 tokens (check_config's minimum), not cpu-smoke's 28
     profile = get_profile("cpu-smoke", max_steps=1, time_budget_minutes=None, watch_prompts=0, warmup_examples=2,
-                          warmup_batch_size=2)
+                          warmup_batch_size=2, max_completion_length=get_task("arithmetic").min_completion_tokens)
     seen = []  # (grad enabled: training, not sampling; the output dtype) of every call
     real_load = training.load_model
 
