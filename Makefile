@@ -41,7 +41,8 @@ course: setup
 
 # Two pytest workers, one file each at a time (a notebook's cells stay in order in one kernel), one torch
 # thread each: much of a test is single-threaded Python (imports, kernels starting, small-batch generation).
-# The notebooks go first: they are the longest files. `make test TEST_WORKERS=0 TEST_THREADS=2`: one process.
+# The longest files start first (conftest.py orders them by tests/durations.json; xdist's own order is by item
+# count). `make test TEST_WORKERS=0 TEST_THREADS=2`: one process.
 TEST_WORKERS ?= 2
 TEST_THREADS ?= 1
 
@@ -49,7 +50,7 @@ test: setup contract-env
 	COURSE_PROFILE=cpu-smoke COURSE_CONTRACT_PYTHON=$(abspath $(CONTRACT_PY)) \
 	HF_HUB_OFFLINE=1 MPLBACKEND=Agg OMP_NUM_THREADS=$(TEST_THREADS) \
 	$(PY) -m pytest notebooks tests helpers -p no:cacheprovider --doctest-modules \
-	  -n $(TEST_WORKERS) --dist loadfile \
+	  -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
 	  --nbval-lax --current-env --nbval-cell-timeout=900 --durations=15
 
 # The fast tier: unit tests and docstring examples; no model loaded, no notebook, no contract environment.

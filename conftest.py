@@ -11,14 +11,24 @@ After a notebook's own cells, nbval also runs its **exercise solutions**: every
 ```python block inside a ``<details>`` of its markdown, in order, in the same
 kernel (items named ``Solution N``). A solution that no longer runs, or whose
 ``assert`` of the outcome it states fails, fails the test run.
+
+With ``--no-loadscope-reorder`` (``make test``: ``--dist loadfile``, a file's items on one worker, in order, a
+notebook's cells in one kernel) the files start longest first, by the per-file seconds in ``tests/durations.json``
+(files it does not list follow in collection order): xdist hands out files in collection order then. Its default
+order is by item count, which started notebook 06, the longest file, minutes in. (``--dist loadgroup`` cannot
+group by file here: pytest 9.2 ignores the ``@group`` suffix pytest-xdist 3.8 writes into ``item._nodeid``, so
+every item became its own unit.) ``COURSE_TEST_DURATIONS_OUT=PATH`` writes this run's per-file seconds to PATH,
+in that file's format.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
 
@@ -68,3 +78,39 @@ def pytest_configure(config: pytest.Config) -> None:
 
     collect.with_solutions = True
     plugin.IPyNbFile.collect = collect
+
+
+DURATIONS = Path(__file__).resolve().parent / "tests" / "durations.json"
+_seconds: dict[str, float] = defaultdict(float)
+
+
+def _file_of(nodeid: str) -> str:
+    return nodeid.split("::")[0].split("@")[0]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """With ``--no-loadscope-reorder``: the files longest first (``tests/durations.json``), each file's items in order."""
+    if config.getoption("loadscopereorder", default=True) is not False:
+        return
+    weights = {k: v for k, v in json.loads(DURATIONS.read_text()).items() if not k.startswith("_")}
+    items.sort(key=lambda item: -weights.get(_file_of(item.nodeid), 0.0))  # stable: a file's items keep their order
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if os.environ.get("COURSE_TEST_DURATIONS_OUT"):
+        _seconds[_file_of(report.nodeid)] += report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    out = os.environ.get("COURSE_TEST_DURATIONS_OUT")
+    if not out or hasattr(session.config, "workerinput") or not _seconds:  # the controller writes, once
+        return
+    import datetime
+
+    import torch
+
+    note = (f"Seconds per test file (summed over its items, on its worker), used only to start the longest files "
+            f"first (conftest.py). Measured: COURSE_TEST_DURATIONS_OUT, {datetime.date.today()}, torch CPU kernels "
+            f"{torch.backends.cpu.get_cpu_capability()}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}.")
+    table = dict(sorted(((k, round(v)) for k, v in _seconds.items()), key=lambda kv: -kv[1]))
+    Path(out).write_text(json.dumps({"_note": note, **table}, indent=2) + "\n")
