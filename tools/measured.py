@@ -1044,6 +1044,12 @@ def render_colab() -> str:
         f"`bench/measured/gpu_pins.json`): the install keeps {trio} "
         f"{'and ipywidgets' if pins['ipywidgets_kept'] else 'but not ipywidgets'}; it upgrades {changed}; "
         f"it adds {added}.",
+        "",
+        "Kaggle's image is not resolved here, so the course on Kaggle is untried: its build "
+        "(github.com/Kaggle/docker-python, `Dockerfile.tmpl` at commit 78aaa43, 2026-08-12) starts from a Colab runtime "
+        "of 2026-05-14 with Python 3.12 and adds `kaggle_requirements.txt`, mostly without versions (6 of its 138 lines "
+        "pin one with `==`; `transformers>=5.0.0`, `datasets>=2.14.6`), and publishes no frozen package list for pip to "
+        "be asked against.",
         COLAB_END,
     ])
 
