@@ -128,6 +128,29 @@ def tracking_kwargs(run: str | Path, task: str, loss_type: str, seed: int, outpu
                 trackio_static_space_id=False)
 
 
+def show_privately(dashboard: Any, project: str = PROJECT) -> None:
+    """On Colab, show ``trackio.show(..., share=False)``'s dashboard through Colab's own port proxy; elsewhere its
+    frame (127.0.0.1) already works. ``dashboard``: what ``trackio.show`` returned (server, url, share url, full url).
+
+    On Colab 127.0.0.1 is the learner's own computer, not the runtime; Colab's ``output.serve_kernel_port_as_iframe``
+    reaches the runtime's port through a proxy only the learner's signed-in browser can use while the notebook is
+    open. Written against Colab's published API (google/colab/output/_util.py; google.colab is not installed here).
+    The frame's path carries no write token, so this view only reads; a public share link is refused."""
+    from urllib.parse import urlsplit
+
+    from .machine import on_colab
+    server, url, share_url = dashboard[0], dashboard[1], dashboard[2]
+    if share_url:
+        server.close()
+        raise RuntimeError("trackio made a public share link, which carries the dashboard's write token; it is "
+                           "closed now. Call trackio.show(..., share=False).")
+    if on_colab():
+        from google.colab import output  # type: ignore[import-not-found]
+        from IPython.display import clear_output
+        clear_output()  # trackio's own frame, which points at 127.0.0.1 and holds the write token
+        output.serve_kernel_port_as_iframe(urlsplit(url).port, path=f"/?project={project}", height="1000")
+
+
 def tracker_last(trainer: Any) -> Any:
     """Move the trainer's ``TrackioCallback`` after the course's callbacks, so it logs what they add to a step.
 

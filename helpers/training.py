@@ -139,7 +139,7 @@ def grpo_kwargs(profile: Profile, run: str | Path, capability: tuple[int, int] |
         loss_type=profile.loss_type, scale_rewards=profile.scale_rewards, num_iterations=profile.num_iterations,
         epsilon_high=profile.epsilon_high, mask_truncated_completions=profile.mask_truncated_completions,
         reward_weights=[w for _, w in rewards], max_steps=profile.max_steps, logging_steps=1,
-        save_steps=profile.save_steps, save_total_limit=2, log_completions=True, num_completions_to_print=0,
+        save_steps=profile.save_steps, save_total_limit=1, log_completions=True, num_completions_to_print=0,
         **tracking_kwargs(run, profile.task, profile.loss_type, profile.seed, Path(run) / GRPO_DIR),
         disable_tqdm=True, seed=profile.seed, use_cpu=profile.backend != "unsloth",
         gradient_checkpointing=profile.gradient_checkpointing, use_vllm=profile.use_vllm, vllm_mode="colocate",
