@@ -10,13 +10,16 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from . import __version__
-from .machine import Hardware, installed, native_bf16
+from .machine import Hardware, installed, native_bf16, on_colab, on_kaggle
 from .profiles import ModelSpec, Profile
+from .runs import DRIVE_QUOTA, free_space
 
 DIST = "grpo-course"
 #: Packages whose versions every run records.
 TRACKED_PACKAGES = ["torch", "transformers", "trl", "peft", "datasets", "accelerate", "bitsandbytes", "math-verify",
                     "unsloth", "unsloth_zoo", "vllm", DIST]
+#: What the install cell keeps at the image's version on Colab and Kaggle (built together for the image's CUDA).
+KEPT_BY_INSTALL_CELL = ("torch", "torchvision", "torchaudio")
 
 
 @dataclass(frozen=True)
@@ -28,8 +31,9 @@ class Trap:
     fix: str
 
 
-def preflight_warnings(hw: Hardware, profile: Profile, spec: ModelSpec) -> list[Trap]:
-    """The known traps that apply to this machine, profile and model, each with a fix."""
+def preflight_warnings(hw: Hardware, profile: Profile, spec: ModelSpec, run: Any = None) -> list[Trap]:
+    """The known traps that apply to this machine, profile and model, each with a fix (``run``: the run folder whose
+    free space ``hw`` measured; on the Google Drive mount that is the Drive quota)."""
     out: list[Trap] = []
     if hw.on_colab and not hw.cuda:
         out.append(Trap("no-gpu", "This Colab runtime has no GPU, so the course falls back to the CPU profile.",
@@ -59,8 +63,11 @@ def preflight_warnings(hw: Hardware, profile: Profile, spec: ModelSpec) -> list[
                         "max_completion_length."))
     disk_gb = 2.0 if spec.bundled else round(3 * 2.0 * spec.params_b + 2, 1)  # base, merge, GGUF, checkpoints
     if hw.free_disk_gb < disk_gb:
-        out.append(Trap("disk", f"{hw.free_disk_gb} GB free; a full run with {spec.key} needs ~{disk_gb} "
-                        "GB (base weights, a merged copy, a GGUF export, checkpoints).",
+        drive = run is not None and free_space(run)[2]
+        out.append(Trap("disk", f"{hw.free_disk_gb} GB {'left in ' + DRIVE_QUOTA if drive else 'free'}; a full run "
+                        f"with {spec.key} needs ~{disk_gb} GB (base weights, a merged copy, a GGUF export, checkpoints).",
+                        "Free space in MyDrive/grpo-course/runs (old runs, checkpoints) and empty Drive's bin, or "
+                        "merge to this machine's disk (notebook 04's MERGED); leave EXPORT_GGUF off." if drive else
                         "Free space (old runs/ and checkpoints), save the adapter before merging, skip GGUF."))
     return out
 
@@ -81,14 +88,18 @@ class VersionCheck:
     package: str
     pinned: str
     installed: str | None
+    kept: bool = False  #: the install cell keeps the image's own version on purpose (Colab, Kaggle)
 
     @property
     def ok(self) -> bool:
-        return self.installed is not None and self.installed.split("+")[0] == self.pinned
+        return self.installed is not None and (self.kept or self.installed.split("+")[0] == self.pinned)
 
 
-def check_versions(extras: tuple[str, ...] = ("cpu",)) -> list[VersionCheck]:
-    """Every ``==`` pin of the base list and of ``extras`` (the package's metadata) against what is installed."""
+def check_versions(extras: tuple[str, ...] = ("cpu",), hosted: bool | None = None) -> list[VersionCheck]:
+    """Every ``==`` pin of the base list and of ``extras`` (the package's metadata) against what is installed.
+
+    ``hosted`` (default: on Colab or Kaggle): the install cell kept the image's torch, torchvision and torchaudio,
+    so they count as ``ok`` whatever their version (a Colab CPU runtime's torch against the cpu extra's pin)."""
     pins: dict[str, str] = {}
     for line in metadata.requires(DIST) or []:
         req = Requirement(line)
@@ -96,7 +107,9 @@ def check_versions(extras: tuple[str, ...] = ("cpu",)) -> list[VersionCheck]:
         if pin and (req.marker is None or any(req.marker.evaluate({"extra": e}) for e in extras)):
             pins[canonicalize_name(req.name)] = pin[0]
     found = installed_versions(list(pins))
-    return [VersionCheck(name, version, found[name]) for name, version in sorted(pins.items())]
+    hosted = (on_colab() or on_kaggle()) if hosted is None else hosted
+    return [VersionCheck(name, version, found[name], hosted and name in KEPT_BY_INSTALL_CELL and bool(found[name]))
+            for name, version in sorted(pins.items())]
 
 
 def room_line(hw: Hardware, profile: Profile, checks: list[VersionCheck], traps: list[Trap], timing: Any = None) -> str:

@@ -15,6 +15,8 @@ from .machine import on_colab, on_kaggle
 from .profiles import REPO_REF, REPO_URL, detect_profile
 
 DRIVE_RUNS = Path("/content/drive/MyDrive/grpo-course/runs")
+DRIVE_MOUNT = DRIVE_RUNS.parents[2]  #: where use_persistent_runs mounts Google Drive on Colab
+DRIVE_QUOTA = "your Google Drive quota, shared with Gmail and Google Photos (15 GB on a free account)"
 KAGGLE_RUNS = Path("/kaggle/working/runs")
 
 
@@ -137,12 +139,37 @@ def atomic_folder(out_dir: str | Path, overwrite: bool = False) -> Iterator[Path
     shutil.rmtree(old, ignore_errors=True)
 
 
-def check_free_disk(folder: str | Path, needed_bytes: int, what: str = "the merged model") -> int:
-    """The free bytes at ``folder``; ``OSError`` naming the shortfall when fewer than ``needed_bytes``."""
-    probe = Path(folder)
+def free_space(folder: str | Path) -> tuple[int, Path, bool]:
+    """``(free bytes, the folder measured, on Google Drive)`` for ``folder`` or its nearest existing parent. On the
+    Drive mount (``KEEP_RUNS = True`` on Colab) the free space is what is left of the Drive quota, not the VM's disk.
+
+    Example:
+        >>> free, where, drive = free_space("/tmp/not/yet")
+        >>> where, drive
+        (PosixPath('/tmp'), False)"""
+    probe = Path(folder).absolute()
     while not probe.exists():
         probe = probe.parent
-    free = shutil.disk_usage(probe).free
+    return shutil.disk_usage(probe).free, probe, probe.resolve().is_relative_to(DRIVE_MOUNT.resolve())
+
+
+def describe_free(folder: str | Path) -> str:
+    """``free_space`` in words: "12.3 GB free on this machine's disk", or left in the Drive quota."""
+    free, _, drive = free_space(folder)
+    return f"{free / 1e9:.1f} GB " + (f"left in {DRIVE_QUOTA}" if drive else "free on this machine's disk")
+
+
+def check_free_disk(folder: str | Path, needed_bytes: int, what: str = "the merged model") -> int:
+    """The free bytes at ``folder``; ``OSError`` naming the shortfall (and the Drive quota) when fewer than
+    ``needed_bytes``."""
+    free, probe, drive = free_space(folder)
+    if free < needed_bytes and drive:
+        raise OSError(f"Not enough space in {DRIVE_QUOTA} for {what}: it needs about {needed_bytes / 1e9:.2f} GB in "
+                      f"{probe}, and {free / 1e9:.2f} GB are left. Delete old run folders or checkpoints "
+                      f"(grpo/checkpoint-*) in {DRIVE_RUNS.relative_to(DRIVE_RUNS.parents[2])}, then empty Drive's bin at "
+                      "drive.google.com (files there still count); or write it to this machine's disk instead "
+                      '(notebook 04: MERGED = Path("/content/merged"); lost at a disconnect, the adapter stays on '
+                      "Drive).")
     if free < needed_bytes:
         raise OSError(f"Not enough disk for {what}: it needs about {needed_bytes / 1e9:.2f} GB in {probe}, and "
                       f"{free / 1e9:.2f} GB are free. Delete old runs/ folders or checkpoints, or keep only the "

@@ -217,3 +217,32 @@ def test_room_line_says_who_has_what_in_one_line():
     line = room_line(a100, get_profile("gpu-large", use_vllm=False), checks[:1], [Trap("vllm-missing", "", "")], slow)
     assert " | gpu-large (Kaggle) | NVIDIA A100 40.0 GB cc8.0 bf16 | " in line
     assert line.endswith("| versions ok | traps: vllm-missing | 70.0 s/step -> 51/500 steps in 60 min")
+
+
+def test_a_colab_cpu_runtime_keeps_the_images_torch_without_a_false_alarm(monkeypatch):
+    """Colab's CPU fallback: profile cpu-demo, so the cpu extra's torch pin is checked, against the image's torch
+    that the install cell keeps on purpose. On a laptop the same mismatch is a real one."""
+    image = {**pinned_versions(("cpu",)), "torch": "2.11.0+cpu"}  # the rest as pinned
+    monkeypatch.setattr(P, "installed_versions", lambda names: {n: image[n] for n in names})
+    monkeypatch.setenv("COLAB_RELEASE_TAG", "release-colab-stand-in")
+    colab_cpu = machine(cuda=False, gpu_name=None, capability=None, vram_gb=None)
+    checks = check_versions(("cpu",))
+    [torch] = [c for c in checks if c.package == "torch"]
+    assert torch == VersionCheck("torch", "2.13.0", "2.11.0+cpu", kept=True) and torch.ok
+    assert all(c.ok for c in checks) and not any(c.kept for c in checks if c.package != "torch")
+    assert " | versions ok | " in room_line(colab_cpu, get_profile("cpu-demo"), checks, [])
+    monkeypatch.delenv("COLAB_RELEASE_TAG")
+    laptop = check_versions(("cpu",), hosted=False)
+    assert [c.package for c in laptop if not c.ok] == ["torch"]
+    assert " | versions differ: torch | " in room_line(machine(**LAPTOP), get_profile("cpu-demo"), laptop, [])
+    assert not VersionCheck("torch", "2.13.0", None, kept=True).ok  # kept, but missing: still an alarm
+
+
+def test_low_space_on_the_drive_mount_says_it_is_the_drive_quota(tmp_path, monkeypatch):
+    from helpers import runs
+
+    monkeypatch.setattr(runs, "DRIVE_MOUNT", tmp_path)
+    [trap] = [t for t in preflight_warnings(machine(free_disk_gb=5.0), get_profile("colab-t4"),
+                                            get_model_spec("qwen2.5-3b"), run=tmp_path / "runs") if t.topic == "disk"]
+    assert trap.message.startswith("5.0 GB left in your Google Drive quota, shared with Gmail and Google Photos")
+    assert "empty Drive's bin" in trap.fix and "EXPORT_GGUF" in trap.fix

@@ -307,3 +307,25 @@ def test_unset_leaves_no_course_runs_behind():
     os.environ["COURSE_RUNS"] = "/set/by/use_persistent_runs"
     patch.undo()
     assert os.environ.get("COURSE_RUNS") == before
+
+
+def test_free_space_on_the_drive_mount_is_the_drive_quota(tmp_path, monkeypatch):
+    """A temporary folder stands in for Colab's Drive mount; disk_usage answers as two filesystems would."""
+    mount = tmp_path / "drive"
+    run = mount / "MyDrive" / "grpo-course" / "runs" / "lab-colab-t4"
+    run.mkdir(parents=True)
+    (tmp_path / "content").mkdir()
+    monkeypatch.setattr(runs, "DRIVE_MOUNT", mount)
+    monkeypatch.setattr(runs.shutil, "disk_usage",
+                        lambda p: SimpleNamespace(free=2.5e9 if Path(p).is_relative_to(mount) else 80e9))
+    assert runs.free_space(run / "merged") == (2.5e9, run, True)   # the merge's folder, not made yet: its parent
+    assert runs.free_space(tmp_path / "content" / "merged") == (80e9, tmp_path / "content", False)
+    assert runs.describe_free(run) == ("2.5 GB left in your Google Drive quota, shared with Gmail and Google Photos "
+                                       "(15 GB on a free account)")
+    assert runs.describe_free(tmp_path / "content") == "80.0 GB free on this machine's disk"
+    with pytest.raises(OSError) as err:
+        check_free_disk(run / "merged", 6.3e9)
+    msg = str(err.value)
+    assert msg.startswith("Not enough space in your Google Drive quota") and "6.30 GB in" in msg and "2.50 GB" in msg
+    assert "empty Drive's bin" in msg and 'MERGED = Path("/content/merged")' in msg
+    assert check_free_disk(tmp_path / "content" / "merged", 6.3e9) == 80e9  # this machine's disk has room
