@@ -72,21 +72,37 @@ ROW = {"question": "What is 347 times 58?", "expression": "347 * 58", "answer": 
 CALL = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "347 * 58"}}\n</tool_call><|im_end|>'
 
 
+_LOADED: list = []
+
+
+def bundled_with_tool_template():
+    """The bundled model (cpu-smoke, tools task) and its tokenizer with the tool template, loaded once per module:
+    the turns are scripted and nothing trains, so every test may build its trainer on the same model (each gets its
+    own copy of the tokenizer)."""
+    import copy
+
+    if not _LOADED:
+        from helpers.models import load_model
+        from helpers.profiles import get_profile
+        from helpers.tool_template import use_tool_template
+
+        model, tok = load_model(get_profile("cpu-smoke", task="tools"))
+        use_tool_template(tok)
+        _LOADED.append((model, tok))
+    model, tok = _LOADED[0]
+    return model, copy.deepcopy(tok)
+
+
 def scripted_trainer(tools, turns, **config):
     """A GRPOTrainer on the bundled model (tool template, cpu-smoke sizes) whose model writes ``turns`` in order:
     each generation call of TRL's loop returns the next scripted text for every rollout of the batch."""
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
-    from helpers.models import load_model
-    from helpers.profiles import get_profile
     from helpers.prompts import build_prompt
     from helpers.tasks.tool_arithmetic import SYSTEM_PROMPT, tool_answer_reward
-    from helpers.tool_template import use_tool_template
 
-    profile = get_profile("cpu-smoke", task="tools")
-    model, tok = load_model(profile)
-    use_tool_template(tok)
+    model, tok = bundled_with_tool_template()
     data = Dataset.from_list([dict(ROW, prompt=build_prompt(ROW["question"], SYSTEM_PROMPT))] * 2)
     args = GRPOConfig(output_dir="/tmp/unused-tool-rollouts", num_generations=2, per_device_train_batch_size=2,
                       max_completion_length=config.pop("max_completion_length", 64), report_to="none", use_cpu=True,
