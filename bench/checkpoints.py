@@ -73,7 +73,8 @@ def main() -> int:
         missing = [s for s in args.steps if not (run / "grpo" / f"checkpoint-{s}").is_dir()]
         if missing:
             raise SystemExit(f"{path}: its run folder {run} holds no checkpoint for step(s) {missing}; score the "
-                             "steps its save_steps kept (ls RUN/grpo), or train again with a smaller save_steps")
+                             "steps its save_steps kept (ls RUN/grpo), or train again with a smaller save_steps and "
+                             "--config save_total_limit=N (the course keeps only the newest checkpoint)")
         profile = get_profile("cpu-demo", task=out["task"], seed=recipe["seed"], check=False,
                               max_completion_length=recipe["max_completion_length"])
         task, kwargs = get_task(profile.task), get_model_spec(profile.model).chat_template_kwargs

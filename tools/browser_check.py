@@ -561,7 +561,8 @@ def serve_trackio(folder: str, port: int, project: str, demo: bool) -> None:
     if demo:
         build_project(demo_runs(), project)
     import trackio
-    trackio.show(project=project, open_browser=False, block_thread=True, server_port=port, host="127.0.0.1")
+    trackio.show(project=project, open_browser=False, block_thread=True, server_port=port, host="127.0.0.1",
+                 share=False)  # never a public link, on a hosted notebook either
 
 
 @contextlib.contextmanager
