@@ -99,3 +99,46 @@ def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
         return {**json.loads(proc.stdout.strip().splitlines()[-1]), "run": str(run)}
 
     return once("smoke-run", tmp_path_factory, produce)
+
+
+#: Notebooks whose nbval run (conftest.py) is kept for the session, with a record: tests/test_colab_layout.py reads
+#: them instead of running them again.
+KEPT_NBVAL_RUNS = ("notebooks/03_grpo_training.ipynb", "notebooks/04_merge_and_inference.ipynb")
+
+
+def nbval_run_folder(root: Path, notebook: str) -> Path:
+    """Where conftest.py keeps nbval's run of ``notebook`` (``drive-runs/``, ``content/``); its record beside it."""
+    return root / f"nbval-{Path(notebook).stem}"
+
+
+def cell_text(outputs: list, label: str) -> str:
+    """One cell's stream outputs and ``text/plain`` results joined, an error as ``[label] ename: evalue``."""
+    parts = []
+    for out in outputs:
+        kind = out.get("output_type")
+        if kind == "stream":
+            parts.append(out.get("text", ""))
+        elif kind in ("execute_result", "display_data"):
+            parts.append(str(out.get("data", {}).get("text/plain", "")) + "\n")
+        elif kind == "error":
+            parts.append(f"[{label}] {out.get('ename')}: {out.get('evalue')}\n")
+    return "".join(parts)
+
+
+def nbval_run(notebook: str, tmp_path_factory: pytest.TempPathFactory, timeout: float = 3600.0) -> dict:
+    """Wait for conftest.py's record of this session's nbval run of ``notebook`` (on either worker), and return it.
+
+    The record: ``drive``, ``content`` (the kernel's Drive and working folder), ``text`` (every cell's output
+    joined), ``probe`` (what the kernel saw, from the last cell), ``ran`` and ``items`` (the cells run, the cells
+    collected), ``failed`` (cells that failed). Call it only when this session runs that notebook whole."""
+    import time
+
+    record = nbval_run_folder(session_root(tmp_path_factory), notebook).with_suffix(".json")
+    deadline = time.monotonic() + timeout
+    while not record.is_file():
+        if time.monotonic() > deadline:
+            pytest.fail(f"no record of nbval's run of {notebook} after {timeout:.0f} s ({record}): did its "
+                        "worker crash, or does this test run on the worker that holds the notebook after it?",
+                        pytrace=False)
+        time.sleep(2)
+    return json.loads(record.read_text())

@@ -407,30 +407,82 @@ def _root_conftest():
     return module
 
 
-def test_each_notebooks_run_folder_is_deleted_when_the_next_starts_and_at_the_end(monkeypatch):
+def _item(path, name="Cell 0", items=(), factory=None):
+    from types import SimpleNamespace
+    return SimpleNamespace(path=str(path), fspath=None, name=name, parent=SimpleNamespace(course_items=list(items)),
+                           config=SimpleNamespace(_tmp_path_factory=factory))
+
+
+def _teardown(hooks, item, nextitem):  # drives conftest's teardown wrapper as pytest does
+    gen = hooks.pytest_runtest_teardown(item, nextitem)
+    next(gen)
+    with pytest.raises(StopIteration):
+        gen.send(None)
+
+
+def test_each_notebook_gets_a_fresh_drive_and_working_folder_and_nothing_leaks_after_it(monkeypatch):
     from types import SimpleNamespace
     hooks = _root_conftest()
     monkeypatch.delenv("COURSE_KEEP_NBVAL_RUNS", raising=False)
-    monkeypatch.setenv("COURSE_RUN_DIR", "unused")  # monkeypatch restores it afterwards
-    hooks.pytest_runtest_setup(SimpleNamespace(path="nb/a.ipynb", fspath=None))
-    first = Path(os.environ["COURSE_RUN_DIR"])
-    (first / "merged").mkdir()
-    hooks.pytest_runtest_setup(SimpleNamespace(path="nb/a.ipynb", fspath=None))  # the same notebook's next cell: same folder
-    assert Path(os.environ["COURSE_RUN_DIR"]) == first and first.is_dir()
-    hooks.pytest_runtest_setup(SimpleNamespace(path="nb/b.ipynb", fspath=None))
-    second = Path(os.environ["COURSE_RUN_DIR"])
-    assert second != first and second.is_dir() and not first.exists()
-    hooks.pytest_unconfigure(None)
-    assert not second.exists()
+    monkeypatch.delenv("COURSE_RUNS", raising=False)
+    monkeypatch.setenv("COURSE_RUN_DIR", "mine")  # monkeypatch restores these afterwards
+    monkeypatch.setenv("PYTHONPATH", "elsewhere")
+    a, b = _item("nb/a.ipynb"), _item("nb/b.ipynb")
+    hooks.pytest_runtest_setup(a)
+    drive = Path(os.environ["COURSE_RUNS"])
+    assert "COURSE_RUN_DIR" not in os.environ and drive.is_dir() and not any(drive.iterdir())
+    assert (drive.parent / "content").is_dir() and hooks._current["content"] == drive.parent / "content"
+    assert os.environ["PYTHONPATH"].split(os.pathsep) == [str(Path(hooks.__file__).parent), "elsewhere"]
+    (drive / "lab-cpu-smoke" / "merged").mkdir(parents=True)
+    _teardown(hooks, a, a)  # the same notebook's next cell: the same folders
+    hooks.pytest_runtest_setup(a)
+    assert os.environ["COURSE_RUNS"] == str(drive)
+    _teardown(hooks, a, SimpleNamespace(path="tests/test_x.py"))  # a test file next: restored, deleted
+    assert (os.environ["COURSE_RUN_DIR"], os.environ["PYTHONPATH"]) == ("mine", "elsewhere")
+    assert "COURSE_RUNS" not in os.environ and not drive.parent.exists()
+    hooks.pytest_runtest_setup(b)
+    second = Path(os.environ["COURSE_RUNS"])
+    assert second != drive and not any(second.iterdir())
+    hooks.pytest_unconfigure(SimpleNamespace(workerinput={}))  # the worker's end
+    assert not second.parent.exists() and os.environ["COURSE_RUN_DIR"] == "mine" and "COURSE_RUNS" not in os.environ
 
 
 def test_course_keep_nbval_runs_keeps_the_run_folders(monkeypatch):
     from types import SimpleNamespace
     hooks = _root_conftest()
     monkeypatch.setenv("COURSE_KEEP_NBVAL_RUNS", "1")
-    monkeypatch.setenv("COURSE_RUN_DIR", "unused")
-    hooks.pytest_runtest_setup(SimpleNamespace(path="nb/a.ipynb", fspath=None))
-    kept = Path(os.environ["COURSE_RUN_DIR"])
-    hooks.pytest_unconfigure(None)
-    assert kept.is_dir()
-    kept.rmdir()
+    monkeypatch.delenv("COURSE_RUNS", raising=False)
+    hooks.pytest_runtest_setup(_item("nb/a.ipynb"))
+    kept = Path(os.environ["COURSE_RUNS"]).parent
+    hooks.pytest_unconfigure(SimpleNamespace(workerinput={}))
+    assert kept.is_dir() and "COURSE_RUNS" not in os.environ
+    import shutil
+    shutil.rmtree(kept)
+
+
+def test_nbval_runs_of_03_and_04_are_kept_with_a_record_for_the_colab_layout_checks(monkeypatch, tmp_path):
+    from types import SimpleNamespace
+    from nbformat import NotebookNode
+    from .shared import nbval_run
+    hooks = _root_conftest()
+    monkeypatch.delenv("COURSE_KEEP_NBVAL_RUNS", raising=False)
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)  # the session root: tmp_path, not this session's
+    factory = SimpleNamespace(getbasetemp=lambda: tmp_path, _basetemp=tmp_path)
+    path = Path(hooks.__file__).parent / "notebooks" / "04_merge_and_inference.ipynb"
+    cell, probe = (_item(path, name, ["Cell 0", hooks.PROBE_ITEM], factory) for name in ("Cell 0", hooks.PROBE_ITEM))
+    hooks.pytest_runtest_setup(cell)
+    drive = Path(os.environ["COURSE_RUNS"])
+    for item, text in ((cell, "run folder: x\n"), (probe, 'PROBE {"cwd": "c"}\n')):
+        item.test_outputs = [NotebookNode(output_type="stream", name="stdout", text=text)]
+        gen = hooks.pytest_runtest_makereport(item, SimpleNamespace(when="call"))
+        next(gen)
+        with pytest.raises(StopIteration):
+            gen.send(SimpleNamespace(failed=item is cell, when="call"))
+    _teardown(hooks, probe, None)
+    record = nbval_run("notebooks/04_merge_and_inference.ipynb", factory, timeout=0)
+    assert record["drive"] == str(drive) and record["content"] == str(drive.parent / "content") and drive.is_dir()
+    assert record["text"].startswith("run folder: x\n") and record["probe"] == {"cwd": "c"}
+    assert record["ran"] == record["items"] == ["Cell 0", hooks.PROBE_ITEM] and record["failed"] == ["Cell 0 (call)"]
+    assert "COURSE_RUNS" not in os.environ
+    hooks.pytest_unconfigure(SimpleNamespace(_tmp_path_factory=factory))  # the controller, at the end: deleted
+    assert not drive.parent.exists()
