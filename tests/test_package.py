@@ -39,9 +39,9 @@ def test_helpers_stays_a_package_a_newcomer_reads_in_an_afternoon():
     lines = {name: len(path.read_text().splitlines()) for name, path in MODULES.items()}
     # 3,665 lines held notebooks 00-05; the loss written by hand (06), the task check, the run watch and tracking,
     # and the tool loop (07) brought it to about 5,500; issue 50's install check, private dashboard and Drive-quota
-    # check to about 5,680, and issue 53's GGUF export and llama.cpp server to about 6,200: each a module of its own,
-    # none over 300 lines.
-    assert sum(lines.values()) <= 6200, f"helpers/ is {sum(lines.values())} lines (budget 6,200): {lines}"
+    # check to about 5,680, and issue 53's GGUF export and llama.cpp server to about 6,200; issue 52's pre-flight and
+    # diversity signal and issue 54's judge reward to about 7,000: each a module of its own, none over 300 lines.
+    assert sum(lines.values()) <= 7000, f"helpers/ is {sum(lines.values())} lines (budget 7,000): {lines}"
     too_long = {name: n for name, n in lines.items() if n > 300}
     assert not too_long, f"modules over 300 lines: {too_long}"
 
