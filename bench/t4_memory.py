@@ -26,8 +26,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-CONFIGS = ROOT / "tools" / "model_configs"
-MODELS = ("qwen2.5-1.5b", "gemma3-1b", "qwen2.5-3b", "qwen3-1.7b")  # colab-t4's default first, then the T4 choices
+from tools.model_configs import CONFIGS, MODELS, load_config  # noqa: E402 - after ROOT is on the path
+
 GIB = 1024**3
 T4_GIB = 15.0                     # a T4's 15,360 MiB, as Colab shows it (the GPU check's cap)
 #: bitsandbytes NF4 with double quantization, as Unsloth loads a 4-bit base (unsloth/models/llama.py:3109,
@@ -38,18 +38,6 @@ NF4_BYTES_PER_WEIGHT = 0.5 + 1 / 64 + 4 / (64 * 256)
 LORA_BYTES = 4                    # PEFT keeps adapter weights in float32 (peft/tuners/tuners_utils.py _cast_adapter_dtype)
 ADAMW_8BIT_STATE_BYTES = 2        # two 8-bit moments per trainable weight (adamw_8bit); adamw_torch: 8
 EVAL_BATCH = 64                   # sequences per model.generate call (helpers/generation.py generate's batch_size)
-
-
-def load_config(key: str) -> Any:
-    """The transformers config of registry model ``key`` from ``tools/model_configs/<key>.json``."""
-    from transformers import AutoConfig
-
-    path = CONFIGS / f"{key}.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"No config for {key!r} in {CONFIGS}: carry the model's config.json there as "
-                                f"{key}.json and record where it came from in {CONFIGS / 'sources.json'}.")
-    values = json.loads(path.read_text())
-    return AutoConfig.for_model(**values)
 
 
 def meta_model(key: str) -> Any:
