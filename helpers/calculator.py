@@ -1,5 +1,7 @@
 """A calculator a model may call during training: safe by construction, every bad call answered with a message.
 
+Serves notebook 07 (through the tool task, helpers.tasks.tool_arithmetic).
+
 The model's call is text it wrote, so it is hostile input. :func:`calculate` never runs it: it parses it with
 :mod:`ast` and walks the tree itself, accepting numbers, ``+ - * /``, a sign and parentheses, and nothing else (no
 name, no call, no attribute, no power). The size of the text, of every number and of the work is bounded, and

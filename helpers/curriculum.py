@@ -1,5 +1,8 @@
 """Choosing GRPO's prompts by how often the starting model solves them, estimated from its own samples.
 
+No notebook calls it: helpers.training runs it when a profile sets ``select_prompts`` (no built-in profile does),
+as bench/learning.py's filtered-prompt experiments did (docs/measured.md); it stays beside the training it feeds.
+
 A prompt whose group is all right or all wrong teaches nothing (every advantage is 0). Before training, sample
 each candidate prompt a few times at the training temperature, score the samples with the task's ``score``, and
 keep the prompts the model sometimes solves (:func:`select_by_pass_rate`), or put them first (``order``).

@@ -1,4 +1,7 @@
-"""Sampling completions from the same prompt tokens TRL trains on (:func:`helpers.prompts.encode`), prefill included."""
+"""Sampling completions from the same prompt tokens TRL trains on (:func:`helpers.prompts.encode`), prefill included.
+
+Serves notebooks 00, 02, 03 and 04.
+"""
 
 from __future__ import annotations
 

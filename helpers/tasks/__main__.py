@@ -1,5 +1,7 @@
 """``python -m helpers.tasks check my_module:MyTask [--profile cpu-demo]``: every check of a task, as a report.
 
+No notebook runs it: it is the command line notebook 05 and docs/your-own-task.md hand a learner for their own task.
+
 Runs :func:`helpers.tasks.check.check_task` with the profile's tokenizer (the bundled model's on a CPU profile), so
 the references' lengths are checked too. Exits 0 when the task is ready to train, 1 when a check failed, 2 when the
 task cannot be found. Loads no model.

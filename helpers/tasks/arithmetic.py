@@ -1,5 +1,7 @@
 """The arithmetic task: sums generated offline in levels, with worked solutions, and GSM8K as its level ``gsm8k``.
 
+Serves notebooks 01, 02 and 05 (and every notebook, as the default task).
+
 Example:
     >>> generate_arithmetic(1, "add1", seed=1)[0]
     {'question': 'What is 3 + 6?', 'answer': '9', 'solution': '3 + 6 = 9', 'level': 'add1'}

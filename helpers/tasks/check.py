@@ -1,5 +1,7 @@
 """Check a task before any model loads: its rewards called the way TRL calls them, on strange completions too.
 
+Serves notebook 05 (and every run's data preparation).
+
 ``get_profile(task="my_module:MyTask")`` runs :func:`check_task` on a task of your own, and the data preparation
 checks that the references fit the completion length; ``python -m helpers.tasks check my_module:MyTask`` runs
 every check and prints a report. A failure is a :class:`TaskCheckError` whose message names the function, the

@@ -1,5 +1,7 @@
 """Rewards for one JSON object that fits the row's ``schema`` and holds its ``answer``; bounded, never raising.
 
+Serves notebook 05 (through the JSON task, helpers.tasks.orders).
+
 Example:
     >>> find_json_object('Sure: {"item": "tea"} done')
     JsonFind(obj={'item': 'tea'}, outside='Sure: done', error='')

@@ -1,4 +1,7 @@
-"""The JSON task: extract an order from a short message into one JSON object, with messages generated in levels."""
+"""The JSON task: extract an order from a short message into one JSON object, with messages generated in levels.
+
+Serves notebook 05.
+"""
 
 from __future__ import annotations
 
