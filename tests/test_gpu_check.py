@@ -342,3 +342,159 @@ def test_a_failed_training_still_leaves_04_an_adapter_and_the_adapter_gets_signa
     tensors = load_file(str(tmp_path / "adapter" / "adapter_model.safetensors"))
     assert torch.equal(tensors["base.q_proj.lora_A.weight"], torch.ones(4, 8))  # A untouched
     assert 0.02 < float(tensors["base.q_proj.lora_B.weight"].std()) < 0.1        # B no longer zero
+
+
+# ------------------------------------------------------------------------ --real: the T4's models at their real size
+@pytest.fixture(scope="module")
+def qwen_tokenizer(tmp_path_factory):
+    from helpers.models import bundled_model_path
+
+    out = tmp_path_factory.mktemp("standin") / "tokenizer"
+    return gc.standin_tokenizer(bundled_model_path(build=False), 151936, out), out
+
+
+def test_the_standin_tokenizer_has_the_real_vocabulary_and_the_bundled_ones_behaviour(qwen_tokenizer, tmp_path):
+    from transformers import AutoTokenizer
+
+    from helpers.models import bundled_model_path
+
+    info, folder = qwen_tokenizer
+    tok, bundled = AutoTokenizer.from_pretrained(str(folder)), AutoTokenizer.from_pretrained(str(bundled_model_path()))
+    assert len(tok) == info["vocab_size"] == 151936 and info["fillers"] == 151936 - len(bundled)
+    text = "Natalia sold clips to 48 of her friends. <|im_end|>"
+    assert tok(text)["input_ids"] == bundled(text)["input_ids"]          # encoding never produces a filler
+    chat = [{"role": "user", "content": "What is 12 + 30?"}]
+    assert tok.apply_chat_template(chat, tokenize=False) == bundled.apply_chat_template(chat, tokenize=False)
+    assert tok.decode([151935]) == "<f151935>" and tok.convert_tokens_to_ids("<|im_end|>") == 2
+    with pytest.raises(ValueError, match="smaller than the bundled tokenizer"):
+        gc.standin_tokenizer(bundled_model_path(), 1000, tmp_path / "small")
+
+
+@pytest.mark.parametrize("key", gc.REAL_MODELS)
+def test_the_real_configs_take_the_standin_tokenizers_ids_and_keep_their_shapes(key, tmp_path):
+    from transformers import AutoTokenizer
+
+    from helpers.models import bundled_model_path
+    from tools.model_configs import config_values
+
+    published = config_values(key)
+    gc.standin_tokenizer(bundled_model_path(), published["vocab_size"], tmp_path)
+    tok = AutoTokenizer.from_pretrained(str(tmp_path))
+    config = gc.real_config(key, tok)
+    assert (config.eos_token_id, config.pad_token_id) == (2, 0)        # <|im_end|>, <|endoftext|> of the stand-in
+    for name in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                 "vocab_size", "tie_word_embeddings"):
+        assert name not in published or getattr(config, name) == published[name], name
+    assert config.tie_word_embeddings                                  # all four tie the head (Gemma 3 by default)
+    meta = gc.meta_shapes(key)
+    assert meta["vocab"] == published["vocab_size"] and meta["layers"] == published["num_hidden_layers"]
+
+
+@pytest.mark.slow
+def test_a_real_model_is_built_saved_and_loads_as_its_architecture(qwen_tokenizer, tmp_path):
+    """Built on the CPU with one layer (the GPU check builds all 28 on the GPU): the real widths, saved in bfloat16."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    _, folder = qwen_tokenizer
+    info = gc.real_model("qwen2.5-1.5b", folder, tmp_path / "model", device="cpu", overrides={"num_hidden_layers": 1})
+    assert info["class"] == "Qwen2ForCausalLM" and info["tied"] and info["config"]["hidden_size"] == 1536
+    model = AutoModelForCausalLM.from_pretrained(str(tmp_path / "model"))
+    assert model.dtype == torch.bfloat16 and model.config.vocab_size == 151936
+    assert model.generation_config.eos_token_id == 2 and (tmp_path / "model" / "tokenizer.json").is_file()
+    assert sum(p.numel() for p in model.parameters()) == info["parameters"]
+
+
+def test_the_preflight_report_a_cell_leaves_is_recorded():
+    from helpers.readiness import Figures, Plan, Report, Verdict
+
+    figures = Figures(groups=8, group_size=6, limit=256, masked=True, temperature=1.0, spread=0.25, learnable=0.0,
+                      truncated=1.0, format=0.0, headline=0.0, pass_at_g=0.0, solved_all=0.0, distinct=1.0,
+                      length_p95=512, probe_limit=512, seconds=40.0)
+    report = Report(figures, Verdict("fix first", "every completion is cut", "raise max_completion_length"),
+                    Plan(steps=250, warmup_examples=0))
+    found = gc.preflight_record({"readiness": report, "check": print, "X": 1})
+    assert found["figures"]["truncated"] == 1.0 and found["verdict"]["verdict"] == "fix first"
+    assert found["printed"] == str(report) and gc.preflight_record({"readiness": None}) is None
+
+
+def test_each_stage_is_its_cells_peak_and_the_step_time_names_the_gpu():
+    cells = {"03": [gc.Cell("03", 6, "model = FastLanguageModel.from_pretrained(x)", "path"),
+                    gc.Cell("03", 26, "readiness = check(model)", "aside"),
+                    gc.Cell("03", 30, "trainer.train(resume_from_checkpoint=checkpoint)", "path")],
+             "04": [gc.Cell("04", 28, "report = verify_merged(a, b)", "path")]}
+    names = gc.stage_cells(cells)
+    assert names == {"03[6]": "load", "03[26]": "preflight", "03[30]": "train (held-out evaluations inside)",
+                     "04[28]": "verify_04"}
+    steps = [{"name": "gpu_memory_cap", "ok": True}, {"name": "random_model", "ok": True, "peak_gpu": {"allocated_gib": 3.1}},
+             {"name": "03 03[6]", "ok": True, "peak_gpu": {"allocated_gib": 1.2}},
+             {"name": "03 03[26]", "ok": True, "peak_gpu": {"allocated_gib": 2.0}},
+             {"name": "03 03[30]", "ok": True, "peak_gpu": {"allocated_gib": 4.5}},
+             {"name": "03 03[30] (read)", "ok": True, "peak_gpu": {"allocated_gib": 9.9}},   # a reader, not a stage
+             {"name": "04 04[28]", "ok": True, "peak_gpu": {"allocated_gib": 7.0}}]
+    result = {"machine": {"gpu": "NVIDIA H200"}, "t4_like": {"capability": [7, 5]}, "models": {"qwen2.5-1.5b": {
+        "steps": steps, "stage_cells": names, "notebook_03": {"train": {"seconds_per_step": 12.5},
+                                                              "preflight": {"verdict": {"verdict": "go"}}}}}}
+    gc.summarize(result)
+    assert result["peak_gpu_gib_by_stage"]["qwen2.5-1.5b"] == {
+        "build (the random model, bfloat16)": 3.1, "load": 1.2, "preflight": 2.0,
+        "train (held-out evaluations inside)": 4.5, "verify_04": 7.0}
+    label = result["step_time"]["qwen2.5-1.5b"]["label"]
+    assert label.startswith("12.5 s a step on NVIDIA H200 told it is a T4") and "not a T4's speed" in label
+    assert result["preflight"]["qwen2.5-1.5b"] == {"verdict": {"verdict": "go"}}
+
+
+def test_a_cpu_recorder_reads_no_gpu_peak(tmp_path):
+    rec = gc.Recorder(tmp_path / "r.json", deadline=gc.time.time() + 60, model="qwen2.5-1.5b")
+    assert rec.run("add", lambda: 1 + 1) == (True, 2)
+    assert "peak_gpu" not in rec.data["steps"][0] and rec.take_window() is None
+
+
+def test_real_sizes_keep_colab_t4s_recipe_and_the_models_are_checked(tmp_path, monkeypatch):
+    import helpers.profiles as hp
+
+    monkeypatch.setattr(hp, "MODELS", dict(hp.MODELS))
+    monkeypatch.setattr(hp, "PROFILES", dict(hp.PROFILES))
+    for name in ("COURSE_PROFILE", "COURSE_MODEL", "COURSE_RUN_DIR", "COURSE_GSM8K_DIR", "COURSE_TIME_BUDGET"):
+        monkeypatch.delenv(name, raising=False)
+    setup = gc.course_setup("gemma3-1b", tmp_path / "random-gemma3-1b", tmp_path / "run", None)
+    profile, t4 = setup["profile"], hp.COLAB_T4
+    assert (profile["model"], profile["max_steps"], profile["time_budget_minutes"]) == ("random-gemma3-1b", 250, 1.5)
+    for name in ("max_completion_length", "num_generations", "per_device_train_batch_size", "lora_rank", "optim",
+                 "max_seq_length", "load_in_4bit", "gradient_checkpointing", "mask_truncated_completions"):
+        assert profile[name] == getattr(t4, name), name
+    spec = hp.MODELS["random-gemma3-1b"]
+    assert spec.fp32_on_t4 and spec.params_b == hp.MODELS["gemma3-1b"].params_b and spec.unsloth_id.endswith("gemma3-1b")
+    with pytest.raises(SystemExit):
+        gc.main(["--models", "qwen2.5-1.5b", "--out", str(tmp_path / "out")])   # a registry key needs --real
+    with pytest.raises(SystemExit):
+        gc.main(["--real", "--models", "qwen2", "--out", str(tmp_path / "out")])
+
+
+@pytest.mark.contract
+def test_the_real_size_check_runs_on_a_cpu_up_to_the_first_cuda_call(tmp_path):
+    """--real before the GPU: the real config on the meta device, the stand-in tokenizer of its vocabulary, the
+    notebooks' setup with colab-t4's real sizes; it stops at the memory cap, before building the weights."""
+    carry = make_carry(tmp_path / "carry")
+    env = dict(os.environ, UNSLOTH_ALLOW_CPU="1", HF_HUB_OFFLINE="1", PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
+    env.pop("COURSE_PROFILE", None)
+    from helpers.models import bundled_model_path
+    cmd = [contract_python(), str(ROOT / "tools" / "gpu_check.py"), "--real", "--models", "gemma3-1b", "--out",
+           str(tmp_path / "out"), "--work", str(tmp_path / "work"), "--install", "--carry", str(carry),
+           "--tokenizer", str(bundled_model_path(build=False))]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
+    data = json.loads((tmp_path / "out" / "gpu_check.json").read_text())
+    assert data["real_size"] is True and data["failed"] == {} and data["children"] == "one after the other"
+    model = data["models"]["gemma3-1b"]
+    names = [s["name"] for s in model["steps"]]
+    assert names == ["model_config", "standin_tokenizer", "notebook_cells", "t4_like", "import_unsloth",
+                     "course_setup", "03 03[1]", "03 03[2]", "gpu_memory_cap"], names
+    assert model["stopped_at"].startswith("gpu_memory_cap: no CUDA GPU") and "real_model" not in model
+    assert model["model_config"]["parameters"] == pytest.approx(1.0e9, rel=0.01)
+    assert model["standin_tokenizer"]["vocab_size"] == 262144
+    profile = model["course"]["profile"]
+    assert (profile["model"], profile["max_completion_length"], profile["num_generations"]) == (
+        "random-gemma3-1b", 256, 6)
+    assert set(model["stage_cells"].values()) >= {"load", "preflight", "train (held-out evaluations inside)",
+                                                  "merge_04", "verify_04"}

@@ -32,6 +32,12 @@ What one run does, each step recorded (an error is recorded with its step, and t
    error, seconds per training step, peak GPU memory and the config as Unsloth rewrote it. It ends inside
    ``--minutes`` (7.5 by default): a child still running then is stopped and what it recorded is kept.
 
+``--real`` runs the same notebooks at ``colab-t4``'s real sizes on random-weight models built from the real configs of
+the T4's models (``tools/model_configs/``: Qwen2.5-1.5B, Gemma 3 1B, Qwen2.5-3B, Qwen3-1.7B; a stand-in tokenizer
+grown to each model's vocabulary): notebook 03 on a short time budget, then notebook 04, one model after the other,
+with the peak GPU memory of each stage, the step time labelled with the lent GPU's name and the pre-flight's figures
+(``bench/t4_memory.py`` estimates the same stages without a GPU).
+
 Exit status: 0 when everything ran, 1 when something failed, 2 when there is no CUDA GPU (the run stops at the
 first CUDA call; ``tests/test_gpu_check.py`` runs it so on a CPU to catch a broken check before a GPU is lent, and
 once more as a rehearsal past that call, ``--native --rehearse tests/gpu_check_cpu.py``, where CPU stand-ins take
@@ -62,6 +68,7 @@ from typing import Any, Callable
 ROOT = Path(__file__).resolve().parents[1]
 CARRY = ROOT / ".cache" / "gpu-carry"           # tools/wheelhouse.py build: wheels/, tokenizer/, manifest.json
 STORED = ROOT / "bench" / "measured" / "gpu_check.json"
+STORED_REAL = ROOT / "bench" / "measured" / "gpu_check_t4_real.json"   # --real: the T4's models at their real size
 NOTEBOOKS = {"03": ROOT / "notebooks" / "03_grpo_training.ipynb", "04": ROOT / "notebooks" / "04_merge_and_inference.ipynb"}
 ARCHITECTURES = ("qwen2", "gemma3")
 T4_CAPABILITY = (7, 5)
@@ -94,6 +101,18 @@ SKIP_MARKERS = {
                                     "lent machine cannot reach"},
 }
 FIRST_CUDA_CELL = ("03", "FastLanguageModel.from_pretrained(")   # the GPU memory cap goes right before it
+#: --real: the T4's models (tools/model_configs/) and colab-t4's own sizes (completion length, group, batch, LoRA
+#: rank, sequence length), cut only where time needs it: a short budget stops training (max_steps stays 250).
+REAL_MODELS = ("qwen2.5-1.5b", "gemma3-1b", "qwen2.5-3b", "qwen3-1.7b")
+REAL_SIZES = dict(time_budget_minutes=1.5, fallback_minutes=1.0, train_rows=24, eval_rows=8, eval_prompts=8,
+                  watch_prompts=8, save_steps=25)   # GSM8K's sample in data/ holds 30 + 10 problems
+REAL_MINUTES = 9.0                              # one call's limit is 10 minutes: a model a call
+#: Cells whose GPU memory peak is a stage of the run (a marker may match several cells: the stage is their maximum).
+STAGES = {("03", "FastLanguageModel.from_pretrained("): "load", ("03", "readiness"): "preflight",
+          ("03", "trainer.train(resume_from_checkpoint="): "train (held-out evaluations inside)",
+          ("04", "model, tokenizer = FastLanguageModel.from_pretrained("): "reload_04",
+          ("04", "results = evaluate_adapters("): "evaluate_04", ("04", "pass_at_k_curve("): "pass_at_k_04",
+          ("04", "save_pretrained_merged("): "merge_04", ("04", "verify_merged("): "verify_04"}
 
 
 class NoGPU(RuntimeError):
@@ -249,6 +268,94 @@ def tiny_model(arch: str, tokenizer_dir: str | Path, out: str | Path,
             "p_top_other_token_mean": round(float(p_top.mean()), 4), "predicts_its_input": round(copies, 3)}
 
 
+# ------------------------------------------------------------------------------------------- real-size models
+def standin_tokenizer(tokenizer_dir: str | Path, vocab_size: int, out: str | Path) -> dict[str, Any]:
+    """The bundled tokenizer grown to ``vocab_size`` tokens, saved in ``out``: its own BPE vocabulary and chat
+    template, then filler tokens (``<f123>``, in the vocabulary, never produced by encoding) up to the real model's
+    size, so the logits, the embedding and every sampled id have the real model's width (no model hub here)."""
+    from transformers import AutoTokenizer
+
+    src, out = Path(tokenizer_dir), Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    data = json.loads((src / "tokenizer.json").read_text())
+    vocab = data["model"]["vocab"]
+    used = set(vocab.values()) | {t["id"] for t in data.get("added_tokens", [])}
+    if vocab_size < len(used):
+        raise ValueError(f"vocab_size={vocab_size} is smaller than the bundled tokenizer's {len(used)} tokens.")
+    for i in range(max(used) + 1, vocab_size):
+        vocab[f"<f{i}>"] = i
+    for name in os.listdir(src):
+        if name != "tokenizer.json" and (src / name).is_file() and name.startswith(("tokenizer", "special", "chat")):
+            shutil.copy(src / name, out / name)
+    (out / "tokenizer.json").write_text(json.dumps(data, ensure_ascii=False))
+    tok = AutoTokenizer.from_pretrained(str(out))
+    if len(tok) != vocab_size:
+        raise RuntimeError(f"the stand-in tokenizer has {len(tok)} tokens, not {vocab_size}")
+    return {"tokenizer": str(out), "vocab_size": len(tok), "from": str(src), "fillers": vocab_size - len(used)}
+
+
+def meta_shapes(key: str) -> dict[str, Any]:
+    """Registry model ``key`` from its real config on the meta device (``bench/t4_memory.py``): its parameters and
+    shapes, before anything is built for real."""
+    sys.path.insert(0, str(ROOT))
+    from bench.t4_memory import meta_model, shapes
+
+    return {k: v for k, v in shapes(meta_model(key)).items() if k != "windows"}
+
+
+def real_config(key: str, tok: Any, overrides: dict[str, Any] | None = None) -> Any:
+    """Registry model ``key``'s real config (``tools/model_configs``) with the stand-in tokenizer's special ids
+    (``overrides``: other values to change; fewer layers cut ``layer_types`` to match)."""
+    from tools.model_configs import config_values, load_config
+
+    overrides = dict(overrides or {})
+    layers, types = overrides.get("num_hidden_layers"), config_values(key).get("layer_types")
+    if layers and types and "layer_types" not in overrides:
+        overrides["layer_types"] = types[:layers]
+    eos = tok.convert_tokens_to_ids("<|im_end|>")
+    config = load_config(key, bos_token_id=tok.bos_token_id, eos_token_id=eos,
+                         pad_token_id=tok.convert_tokens_to_ids("<|endoftext|>"), **overrides)
+    if config.vocab_size != len(tok):
+        raise ValueError(f"{key}: the config's vocab_size {config.vocab_size} is not the tokenizer's {len(tok)}: build "
+                         "the tokenizer with standin_tokenizer(..., config.vocab_size, ...).")
+    return config
+
+
+def real_model(key: str, tokenizer_dir: str | Path, out: str | Path, device: str = "cuda",
+               overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A random-weight ``key`` at its real size (``overrides``: config values to change, a test's smaller copy),
+    built on ``device`` in bfloat16 and saved in ``out`` with the stand-in tokenizer, for Unsloth to load as notebook
+    03 does (4-bit). Its weights are transformers' random initialisation: it rarely samples ``<|im_end|>``, so its
+    completions run to ``max_completion_length``, the longest a T4 has to hold."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    start = time.time()
+    tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    tok.eos_token, tok.pad_token = "<|im_end|>", "<|endoftext|>"
+    config = real_config(key, tok, overrides)
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    model.generation_config.eos_token_id, model.generation_config.pad_token_id = tok.eos_token_id, tok.pad_token_id
+    model.save_pretrained(str(out))
+    tok.save_pretrained(str(out))
+    head, embed = model.get_output_embeddings().weight, model.get_input_embeddings().weight
+    info = {"key": key, "model_type": config.model_type, "class": type(model).__name__, "path": str(out),
+            "config": {k: getattr(config, k, None) for k in ("vocab_size", "hidden_size", "intermediate_size",
+                                                             "num_hidden_layers", "num_attention_heads",
+                                                             "num_key_value_heads", "head_dim", "tie_word_embeddings")},
+            "parameters": sum(p.numel() for p in model.parameters()), "tied": head.data_ptr() == embed.data_ptr(),
+            "saved_dtype": "bfloat16", "device": str(device), "overrides": overrides or {},
+            "bytes": sum(p.stat().st_size for p in Path(out).rglob("*") if p.is_file()),
+            "seconds": round(time.time() - start, 1)}
+    del model, head, embed
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()   # the 15 GiB cap is for notebook 03's model, not this copy
+    return info
+
+
 # ------------------------------------------------------------------------------------------------ recording
 class Tee(io.TextIOBase):
     """Write to the real stream and keep the text, so each step's output can be recorded (its tail)."""
@@ -274,7 +381,13 @@ class Recorder:
     def __init__(self, path: Path, deadline: float, **fields: Any) -> None:
         self.path, self.deadline = path, deadline
         self.data: dict[str, Any] = {**fields, "steps": [], "stopped_at": None}
+        self.window: dict[str, float] | None = None   # the largest step peak since take_window()
         self.write()
+
+    def take_window(self) -> dict[str, float] | None:
+        """The largest GPU memory peak of the steps since the last call (None: no GPU in use), and start anew."""
+        window, self.window = self.window, None
+        return window
 
     def write(self) -> None:
         self.path.write_text(json.dumps(self.data, indent=1, default=str))
@@ -287,6 +400,7 @@ class Recorder:
         self.write()
         start, tee = time.time(), Tee(sys.stdout)
         ok, value = False, None
+        gpu_peak(reset=True)
         try:
             with contextlib.redirect_stdout(tee):
                 value = func(*args, **kwargs)
@@ -301,6 +415,9 @@ class Recorder:
             if isinstance(exc, KeyboardInterrupt):
                 raise
         step.update(ok=ok, seconds=round(time.time() - start, 2), output_tail=tee.text()[-(600 if ok else 2000):])
+        if (peak := gpu_peak(reset=False)) is not None:   # this step's own peak (reset before it ran)
+            step["peak_gpu"] = peak
+            self.window = {k: max(v, (self.window or {}).get(k, 0.0)) for k, v in peak.items()}
         self.data["steps"].append(step)
         self.data["running"] = None
         self.write()
@@ -369,6 +486,19 @@ def gpu_memory_cap(native: bool, rehearsal: bool = False) -> dict[str, Any]:
     return out
 
 
+def gpu_peak(reset: bool) -> dict[str, float] | None:
+    """PyTorch's GPU memory peak since the last reset, in GiB (None where CUDA is not in use yet: the check never
+    initialises CUDA to ask); ``reset``: start a new peak instead."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return None
+    if reset:
+        torch.cuda.reset_peak_memory_stats()
+        return None
+    return {"allocated_gib": round(torch.cuda.max_memory_allocated() / 1024**3, 3),
+            "reserved_gib": round(torch.cuda.max_memory_reserved() / 1024**3, 3)}
+
+
 def peak_memory(reset: bool = True) -> dict[str, float] | None:
     import torch
 
@@ -390,16 +520,26 @@ def free_gpu(namespace: dict[str, Any]) -> None:
 
 
 # --------------------------------------------------------------------------------------------- the course
-def course_setup(arch: str, model_dir: Path, run: Path, steps: int, sizes: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Register the tiny model as the course's model and the shrunk ``colab-t4`` profile, as the notebooks read
-    them (``COURSE_PROFILE``, ``COURSE_MODEL``, ``COURSE_RUN_DIR``); the data is GSM8K's sample in ``data/``."""
+def course_setup(arch: str, model_dir: Path, run: Path, steps: int | None, sizes: dict[str, Any] | None = None
+                 ) -> dict[str, Any]:
+    """Register the built model as the course's model and the shrunk ``colab-t4`` profile, as the notebooks read
+    them (``COURSE_PROFILE``, ``COURSE_MODEL``, ``COURSE_RUN_DIR``); the data is GSM8K's sample in ``data/``.
+    ``arch``: a tiny architecture (``qwen2``, ``gemma3``; the check's sizes) or a registry key of ``REAL_MODELS``
+    (``colab-t4``'s sizes with ``REAL_SIZES``; ``steps`` None keeps its 250, which the time budget cuts)."""
     import helpers.profiles as hp
 
-    key = f"tiny-{arch}"
-    real = hp.MODELS["gemma3-1b" if arch == "gemma3" else "qwen2.5-1.5b"]
-    hp.MODELS[key] = dataclasses.replace(real, key=key, hf_id=str(model_dir), unsloth_id=str(model_dir),
-                                         params_b=0.03, notes=f"a tiny random-weight {arch} for the GPU check")
-    sizes = dict(SIZES, **(sizes or {}), max_steps=steps)
+    if arch in REAL_MODELS:
+        key, real = f"random-{arch}", hp.MODELS[arch]
+        hp.MODELS[key] = dataclasses.replace(real, key=key, hf_id=str(model_dir), unsloth_id=str(model_dir),
+                                             notes=f"{arch} at its real size, random weights, for the GPU check")
+        base = REAL_SIZES
+    else:
+        key = f"tiny-{arch}"
+        real = hp.MODELS["gemma3-1b" if arch == "gemma3" else "qwen2.5-1.5b"]
+        hp.MODELS[key] = dataclasses.replace(real, key=key, hf_id=str(model_dir), unsloth_id=str(model_dir),
+                                             params_b=0.03, notes=f"a tiny random-weight {arch} for the GPU check")
+        base = SIZES
+    sizes = dict(base, **(sizes or {}), **({} if steps is None else {"max_steps": steps}))
     hp.PROFILES["colab-t4"] = dataclasses.replace(hp.COLAB_T4, **sizes)
     os.environ.update(COURSE_PROFILE="colab-t4", COURSE_MODEL=key, COURSE_RUN_DIR=str(run),
                       COURSE_GSM8K_DIR=str(ROOT / "data" / "gsm8k_sample"))
@@ -503,6 +643,25 @@ def after_cell(cell: Cell, ns: dict[str, Any], record: dict[str, Any], timer: li
                                          "argmax_agreement": round(float((a.argmax(-1) == b.argmax(-1)).float().mean()), 4)}}
 
 
+def preflight_record(ns: dict[str, Any]) -> dict[str, Any] | None:
+    """The pre-flight's report a notebook cell left in ``ns`` (a ``helpers.readiness`` object with ``to_dict``):
+    its figures, verdict and plan, and the text the learner read."""
+    for value in list(ns.values()):
+        if type(value).__module__ == "helpers.readiness" and callable(getattr(value, "to_dict", None)):
+            return {**jsonable(value.to_dict()), "printed": str(value)}
+    return None
+
+
+def stage_cells(cells: dict[str, list[Cell]]) -> dict[str, str]:
+    """``{cell name: stage}`` for the cells whose GPU memory peak is a stage of the run (:data:`STAGES`)."""
+    out = {}
+    for (notebook, marker), stage in STAGES.items():
+        for cell in cells.get(notebook, []):
+            if marker in cell.source and cell.role != "skip":
+                out.setdefault(cell.name, stage)
+    return out
+
+
 def untrained_adapter(ns: dict[str, Any], run: Path) -> dict[str, Any]:
     """Training failed: save the LoRA model notebook 03 loaded as ``RUN/adapter``, so notebook 04's loading, merge
     and reload still run on the GPU (its own fallback would train again, and fail the same way)."""
@@ -533,16 +692,18 @@ def adapter_signal(run: Path, std: float = ADAPTER_SIGNAL_STD) -> dict[str, Any]
 
 
 def run_cells(rec: Recorder, label: str, cells: list[Cell], ns: dict[str, Any], record: dict[str, Any],
-              before: dict[tuple[str, str], Callable[[], Any]] | None = None, reserve: float = 20.0) -> bool:
-    """Execute cells in order in ``ns``; a failed path cell stops the notebook. True when every cell ran."""
+              before: dict[tuple[str, str], Any] | None = None, reserve: float = 20.0) -> bool:
+    """Execute cells in order in ``ns``; a failed path cell stops the notebook. True when every cell ran.
+
+    ``before``: a function (or a list of them) to run before the cell with that path marker; a failed one stops."""
     timer: list[Any] = []
     ran_all = True
     for cell in cells:
         if cell.role == "skip":
             record.setdefault("skipped", {})[cell.name] = cell.why
             continue
-        hook = (before or {}).get((cell.notebook, cell.marker))
-        if hook is not None:
+        hooks = (before or {}).get((cell.notebook, cell.marker))
+        for hook in hooks if isinstance(hooks, (list, tuple)) else [hooks] if hooks else []:
             ok, _ = rec.run(hook.__name__, hook)
             if not ok:
                 return False
@@ -553,6 +714,8 @@ def run_cells(rec: Recorder, label: str, cells: list[Cell], ns: dict[str, Any], 
         ok, _ = rec.run(f"{label} {cell.name}", exec, code, ns)
         if ok and cell.marker in READ_AFTER:
             rec.run(f"{label} {cell.name} (read)", after_cell, cell, ns, record, timer)
+        if ok and (found := preflight_record(ns)) and found != record.get("preflight"):
+            record["preflight"] = found
         if not ok:
             ran_all = False
             if cell.role == "path":
@@ -571,10 +734,23 @@ def child(arch: str, work: Path, out_json: Path, deadline: float, native: bool, 
     os.chdir(work)  # Unsloth writes unsloth_compiled_cache/ into the working folder
     rec = Recorder(out_json, deadline, model=arch, t4_like=not native)
     data = rec.data
-    ok, info = rec.run("tiny_model", tiny_model, arch, tokenizer, work / f"tiny-{arch}")
-    data["tiny_model"] = info
-    if not ok:
-        return 1
+    real = arch in REAL_MODELS
+    model_dir = work / (f"random-{arch}" if real else f"tiny-{arch}")
+    if real:  # the real size: a tokenizer of the model's vocabulary now, the weights on the GPU after its cap
+        data["real_size"] = True
+        ok, meta = rec.run("model_config", meta_shapes, arch)
+        data["model_config"] = meta
+        if not ok:
+            return 1
+        ok, info = rec.run("standin_tokenizer", standin_tokenizer, tokenizer, meta["vocab"], work / "tokenizer")
+        data["standin_tokenizer"] = info
+        if not ok:
+            return 1
+    else:
+        ok, info = rec.run("tiny_model", tiny_model, arch, tokenizer, model_dir)
+        data["tiny_model"] = info
+        if not ok:
+            return 1
 
     def load_cells() -> dict[str, Any]:
         import importlib.util
@@ -587,6 +763,7 @@ def child(arch: str, work: Path, out_json: Path, deadline: float, native: bool, 
         data["cells"] = {nb: {"run": [c.name for c in cs if c.role != "skip"],
                               "path": [c.name for c in cs if c.role == "path"],
                               "skipped": {c.name: c.why for c in cs if c.role == "skip"}} for nb, cs in cells.items()}
+        data["stage_cells"] = stage_cells(cells)
         return cells
 
     ok, cells = rec.run("notebook_cells", load_cells)
@@ -610,7 +787,7 @@ def child(arch: str, work: Path, out_json: Path, deadline: float, native: bool, 
         if not rec.run("rehearsal_prelude", runpy.run_path, str(rehearse), run_name="__gpu_check_rehearsal__")[0]:
             return 1
     run = work / f"run-{arch}"
-    ok, setup = rec.run("course_setup", course_setup, arch, work / f"tiny-{arch}", run, STEPS, sizes)
+    ok, setup = rec.run("course_setup", course_setup, arch, model_dir, run, None if real else STEPS, sizes)
     data["course"] = setup
     if not ok:
         return 1
@@ -619,33 +796,42 @@ def child(arch: str, work: Path, out_json: Path, deadline: float, native: bool, 
         data["gpu"] = gpu_memory_cap(native, rehearsal=rehearse is not None)
         return data["gpu"]
 
+    def random_model() -> Any:  # real size: built on the GPU under its cap, saved for notebook 03 to load
+        data["real_model"] = real_model(arch, work / "tokenizer", model_dir, device="cuda" if data["gpu"]["gpu"]
+                                        else "cpu")
+        return data["real_model"]
+
     gpu_memory_cap_step.__name__ = "gpu_memory_cap"
-    # notebook 03: 2 steps, a checkpoint a step
+    hooks = [gpu_memory_cap_step, random_model] if real else [gpu_memory_cap_step]
+    # notebook 03: tiny: 2 steps, a checkpoint a step; real: colab-t4's steps, stopped by a short time budget
     ns: dict[str, Any] = {"__name__": "__main__"}
     nb03: dict[str, Any] = {}
     data["notebook_03"] = nb03
-    run_cells(rec, "03", cells["03"], ns, nb03, before={FIRST_CUDA_CELL: gpu_memory_cap_step})
+    rec.take_window()
+    run_cells(rec, "03", cells["03"], ns, nb03, before={FIRST_CUDA_CELL: hooks})
     if data["stopped_at"] and data["stopped_at"].startswith("gpu_memory_cap"):
         return 2
-    nb03["peak_gpu_memory"] = peak_memory()
+    nb03["peak_gpu_memory"] = rec.take_window()
     adapter = run / "adapter" / "adapter_config.json"
     if "train" not in nb03 and "model" in ns and "tokenizer" in ns and not adapter.is_file():
         data["untrained_adapter"] = rec.run("untrained_adapter", untrained_adapter, ns, run)[1]
     free_gpu(ns)
-    if "train" in nb03:
+    if "train" in nb03 and not real:
         # the learner comes back: the notebook's path again, one step more, resumes from the last checkpoint
         resume: dict[str, Any] = {}
         data["notebook_03_resume"] = resume
-        rec.run("course_setup (3 steps)", course_setup, arch, work / f"tiny-{arch}", run, RESUME_STEPS, sizes)
+        rec.run("course_setup (3 steps)", course_setup, arch, model_dir, run, RESUME_STEPS, sizes)
+        rec.take_window()
         run_cells(rec, "03 again", [c for c in cells["03"] if c.role == "path"], ns, resume)
-        resume["peak_gpu_memory"] = peak_memory()
+        resume["peak_gpu_memory"] = rec.take_window()
         free_gpu(ns)
     if adapter.is_file():
         data["adapter_signal"] = rec.run("adapter_signal", adapter_signal, run)[1]
         nb04: dict[str, Any] = {}
         data["notebook_04"] = nb04
+        rec.take_window()
         run_cells(rec, "04", cells["04"], ns, nb04)
-        nb04["peak_gpu_memory"] = peak_memory()
+        nb04["peak_gpu_memory"] = rec.take_window()
         free_gpu(ns)
     rec.write()
     failed = [s for s in data["steps"] if not s["ok"] and "stopped" not in s]
@@ -742,6 +928,26 @@ def summarize(result: dict[str, Any]) -> None:
                                             key=lambda v: -1 if v is None else v)
                                      for a, d in result["models"].items()}
     result["rewritten_config"] = {a: d.get("notebook_03", {}).get("config") for a, d in result["models"].items()}
+    gpu = (result.get("machine") or {}).get("gpu")
+    like = " told it is a T4 (capability 7.5, 15 GiB cap): not a T4's speed" if result.get("t4_like") else ""
+    result["step_time"] = {a: {"seconds_per_step": secs, "gpu": gpu, "label": f"{secs} s a step on {gpu}{like}"}
+                           for a, secs in result["seconds_per_step"].items() if secs is not None and gpu}
+    result["peak_gpu_gib_by_stage"] = {a: stage_peaks(d) for a, d in result["models"].items()}
+    result["preflight"] = {a: d.get("notebook_03", {}).get("preflight") for a, d in result["models"].items()}
+
+
+def stage_peaks(model: dict[str, Any]) -> dict[str, float]:
+    """The largest allocated GPU memory (GiB) of each stage's cells (``stage_cells``), from each step's own peak."""
+    names = model.get("stage_cells") or {}
+    out: dict[str, float] = {}
+    for step in model.get("steps", []):
+        label, _, cell = step["name"].rpartition(" ")
+        stage = names.get(cell) if label in ("03", "04") else None
+        if stage is None and step["name"] == "random_model":
+            stage = "build (the random model, bfloat16)"
+        if stage and (peak := step.get("peak_gpu")):
+            out[stage] = max(out.get(stage, 0.0), peak["allocated_gib"])
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -754,8 +960,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="folder for gpu_check.json (default $OUT, else runs/gpu-check)")
     parser.add_argument("--work", type=Path, default=None,
                         help="scratch folder for models and runs (default: a temporary folder)")
-    parser.add_argument("--models", default=",".join(ARCHITECTURES), help="architectures, in order: qwen2,gemma3")
-    parser.add_argument("--minutes", type=float, default=DEFAULT_MINUTES, help="the whole run ends inside this")
+    parser.add_argument("--models", default=None,
+                        help="in order: tiny architectures (qwen2,gemma3; the default) or, with --real, registry keys "
+                             f"({','.join(REAL_MODELS)}; the default)")
+    parser.add_argument("--minutes", type=float, default=None,
+                        help=f"the whole run ends inside this ({DEFAULT_MINUTES}; --real: {REAL_MINUTES})")
+    parser.add_argument("--real", action="store_true",
+                        help="the T4's models at their real size (random weights from tools/model_configs), "
+                             "colab-t4's sizes, notebook 03 on a short budget: one model after the other")
     parser.add_argument("--native", action="store_true", help="the GPU as it is (no T4 capability, no memory cap)")
     parser.add_argument("--install", action="store_true", help="install the carried wheels first (the lent machine)")
     parser.add_argument("--serial", action="store_true",
@@ -787,6 +999,14 @@ def main(argv: list[str] | None = None) -> int:
         return child(args.child, args.work, args.child_json, args.deadline, args.native, args.tokenizer,
                      args.rehearse, json.loads(args.sizes) if args.sizes else None)
 
+    args.models = args.models or ",".join(REAL_MODELS if args.real else ARCHITECTURES)
+    args.minutes = args.minutes or (REAL_MINUTES if args.real else DEFAULT_MINUTES)
+    args.serial = args.serial or args.real   # real sizes: the step times and memory peaks of one model at a time
+    unknown = [a for a in args.models.split(",") if a.strip() and a.strip() not in (
+        REAL_MODELS if args.real else ARCHITECTURES)]
+    if unknown:
+        parser.error(f"unknown model(s) {unknown}: use {', '.join(REAL_MODELS if args.real else ARCHITECTURES)}"
+                     + ("" if args.real else " (or --real for the T4's models at their real size)"))
     start = time.time()
     deadline = start + args.minutes * 60
     out = args.out.resolve()
@@ -797,6 +1017,7 @@ def main(argv: list[str] | None = None) -> int:
                               "command": "python3 tools/gpu_check.py " + " ".join(argv),
                               "t4_like": None if args.native else {"capability": list(T4_CAPABILITY),
                                                                    "memory_cap_gib": T4_MEMORY_BYTES / 1024**3},
+                              "real_size": args.real,
                               "rehearsal": str(args.rehearse) if args.rehearse else None, "models": {}}
     env = dict(os.environ)
     paths = [str(ROOT)]
@@ -870,6 +1091,9 @@ def main(argv: list[str] | None = None) -> int:
     for arch, where in result["stopped"].items():
         print(f"{arch} stopped at {where}")
     print("seconds per step:", result["seconds_per_step"], "peak GPU GiB:", result["peak_gpu_memory_gib"])
+    for arch, stages in result["peak_gpu_gib_by_stage"].items():
+        if stages:
+            print(f"{arch} peak GPU GiB by stage: {stages}")
     if result["machine"]["gpu"] is None and all("gpu_memory_cap" in (d.get("stopped_at") or "")
                                                  for d in result["models"].values()):
         return 2
@@ -881,12 +1105,14 @@ REQUIRED = ("date", "machine", "versions", "models", "ran", "failed", "seconds_p
 
 
 def store(argv: list[str]) -> int:
-    """``store FILE [--dest PATH]``: check a result from the lent machine and keep it as bench/measured/gpu_check.json."""
+    """``store FILE [--dest PATH]``: check a result from the lent machine and keep it as bench/measured/gpu_check.json
+    (a ``--real`` result as bench/measured/gpu_check_t4_real.json), with the commit it is stored at."""
     parser = argparse.ArgumentParser(prog="gpu_check.py store", description=store.__doc__)
     parser.add_argument("file", type=Path)
-    parser.add_argument("--dest", type=Path, default=STORED)
+    parser.add_argument("--dest", type=Path, default=None)
     args = parser.parse_args(argv)
     data = json.loads(args.file.read_text())
+    args.dest = args.dest or (STORED_REAL if data.get("real_size") else STORED)
     missing = [k for k in REQUIRED if k not in data]
     if missing:
         print(f"error: {args.file} lacks {missing}: it is not a tools/gpu_check.py result", file=sys.stderr)
@@ -894,6 +1120,8 @@ def store(argv: list[str]) -> int:
     if not data["machine"].get("gpu"):
         print(f"error: {args.file} ran on no GPU ({data['machine']}): only a GPU run is stored", file=sys.stderr)
         return 1
+    git = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    data.setdefault("stored_at_commit", git.stdout.strip() or None)
     args.dest.parent.mkdir(parents=True, exist_ok=True)
     args.dest.write_text(json.dumps(data, indent=1, default=str) + "\n")
     print(f"stored {args.dest}: {data['machine']['gpu']}, {data['date']}, {len(data['ran'])} steps ran, "
