@@ -174,6 +174,13 @@ NOT_COUNTED = [
 ]
 
 
+def cpu_name() -> str:
+    info = Path("/proc/cpuinfo")
+    names = [line.split(":", 1)[1].strip() for line in (info.read_text().splitlines() if info.is_file() else [])
+             if line.startswith("model name")]
+    return names[0] if names else platform.processor() or platform.machine()
+
+
 def commit() -> str | None:
     proc = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     return proc.stdout.strip() or None
@@ -193,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
               "estimate": True, "profile": "colab-t4", "t4_gib": T4_GIB, "models": models, "counted": COUNTED,
               "not_counted": NOT_COUNTED, "command": "python bench/t4_memory.py " + " ".join(argv or sys.argv[1:]),
               "commit": commit(), "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-              "machine": {"cpus": os.cpu_count(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+              "machine": {"cpu": cpu_name(), "cpus": os.cpu_count(),
+                          "cpu_capability": torch.backends.cpu.get_cpu_capability(),
                           "platform": platform.platform(), "python": platform.python_version()},
               "versions": {"torch": torch.__version__, "transformers": __import__("transformers").__version__},
               "seconds": round(time.time() - start, 1)}
