@@ -725,7 +725,7 @@ def run_cells(rec: Recorder, label: str, cells: list[Cell], ns: dict[str, Any], 
 
 
 def child(arch: str, work: Path, out_json: Path, deadline: float, native: bool, tokenizer: Path,
-          rehearse: Path | None = None, sizes: dict[str, Any] | None = None) -> int:
+          rehearse: Path | None = None, sizes: dict[str, Any] | None = None, layers: int | None = None) -> int:
     """One architecture, start to end, in this process (``--child``)."""
     import faulthandler
 
@@ -798,7 +798,7 @@ def child(arch: str, work: Path, out_json: Path, deadline: float, native: bool, 
 
     def random_model() -> Any:  # real size: built on the GPU under its cap, saved for notebook 03 to load
         data["real_model"] = real_model(arch, work / "tokenizer", model_dir, device="cuda" if data["gpu"]["gpu"]
-                                        else "cpu")
+                                        else "cpu", overrides={"num_hidden_layers": layers} if layers else None)
         return data["real_model"]
 
     gpu_memory_cap_step.__name__ = "gpu_memory_cap"
@@ -980,6 +980,8 @@ def main(argv: list[str] | None = None) -> int:
                              "check the check itself, not the GPU path (use with --native)")
     parser.add_argument("--sizes", default=None,
                         help="profile sizes over the check's own, as JSON (a rehearsal's: '{\"num_generations\": 2}')")
+    parser.add_argument("--layers", type=int, default=None,
+                        help="--real with fewer decoder layers (the real widths and vocabulary): a CPU rehearsal's copy")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--child-json", type=Path, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--deadline", type=float, default=None, help=argparse.SUPPRESS)
@@ -997,7 +999,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         sys.path.insert(0, str(ROOT))
         return child(args.child, args.work, args.child_json, args.deadline, args.native, args.tokenizer,
-                     args.rehearse, json.loads(args.sizes) if args.sizes else None)
+                     args.rehearse, json.loads(args.sizes) if args.sizes else None, args.layers)
 
     args.models = args.models or ",".join(REAL_MODELS if args.real else ARCHITECTURES)
     args.minutes = args.minutes or (REAL_MINUTES if args.real else DEFAULT_MINUTES)
@@ -1049,7 +1051,7 @@ def main(argv: list[str] | None = None) -> int:
                "--child-json", str(child_json), "--deadline", str(deadline - 5), "--tokenizer", str(args.tokenizer),
                "--carry", str(args.carry)] + (["--native"] if args.native else []) + (
             ["--rehearse", str(args.rehearse.resolve())] if args.rehearse else []) + (
-            ["--sizes", args.sizes] if args.sizes else [])
+            ["--sizes", args.sizes] if args.sizes else []) + (["--layers", str(args.layers)] if args.layers else [])
         running[arch] = (subprocess.Popen(cmd, env=env, start_new_session=True), child_json, time.time())
 
     def collect(arch: str) -> None:
