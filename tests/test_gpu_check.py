@@ -456,7 +456,8 @@ def test_real_sizes_keep_colab_t4s_recipe_and_the_models_are_checked(tmp_path, m
     monkeypatch.setattr(hp, "MODELS", dict(hp.MODELS))
     monkeypatch.setattr(hp, "PROFILES", dict(hp.PROFILES))
     for name in ("COURSE_PROFILE", "COURSE_MODEL", "COURSE_RUN_DIR", "COURSE_GSM8K_DIR", "COURSE_TIME_BUDGET"):
-        monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv(name, "")   # recorded, so what course_setup sets is undone after the test
+        monkeypatch.delenv(name)
     setup = gc.course_setup("gemma3-1b", tmp_path / "random-gemma3-1b", tmp_path / "run", None)
     profile, t4 = setup["profile"], hp.COLAB_T4
     assert (profile["model"], profile["max_steps"], profile["time_budget_minutes"]) == ("random-gemma3-1b", 250, 1.5)
