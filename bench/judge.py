@@ -1,0 +1,101 @@
+"""The LLM judge of notebook 08, measured: notebook 08 itself, run headless on a profile, and what it found.
+
+    python bench/judge.py [--profile cpu-demo] [--json PATH]
+
+Runs ``notebooks/08_rewards_from_a_model.ipynb`` top to bottom with nbclient (``tools/course.py``'s runner) in a fresh
+run folder, on the profile given (the bundled 135M model as the judge, behind llama.cpp's server on 127.0.0.1), and
+reads back the results the notebook's last cell writes (``RUN/judge/judge_results.json``). Prints ONE JSON object:
+
+    {"command", "commit", "date", "machine": {cpu, cpus, loadavg}, "profile", "notebook_minutes", "steps",
+     "agreement": {side: {n, answered, agreement, kappa, false_yes, false_no}, "all": {...}},
+     "runs": {"verifier" | "judge" | "rubric": {accuracy, judge_score, seconds, seconds_per_step, judge_share,
+              history}}, "async_ratio", "async_seconds": {"4": s, "1": s}, "samples": {side: {correct, format, ...}},
+     "hacked": [the judge's run's wrong held-out answers it scored highest], "fault": [per step of section 7's run],
+     "resumed": [per step: the rewards logged, after resuming with the verifier only]}
+
+``judge_share``: the median over steps of the judge's wall time within the step (its ``judge/seconds`` metric) over
+TRL's ``step_time``. Not a test: it never gates CI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOK = ROOT / "notebooks" / "08_rewards_from_a_model.ipynb"
+
+
+def cpu_name() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").is_file() else []:
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def step_figures(history: list[dict]) -> dict:
+    """Seconds per step (median of TRL's ``step_time``) and the judge's median share of a step."""
+    times = [h["step_time"] for h in history if h.get("step_time")]
+    shares = [(h.get("judge/seconds") or 0.0) / h["step_time"] for h in history if h.get("step_time")]
+    return {"seconds_per_step": round(statistics.median(times), 2) if times else None,
+            "judge_share": round(statistics.median(shares), 3) if shares else None}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--profile", default="cpu-demo")
+    ap.add_argument("--json", default=None, help="also write the JSON here (e.g. bench/measured/judge.json)")
+    args = ap.parse_args()
+    sys.path.insert(0, str(ROOT))
+    from tools.course import execute_notebook
+
+    load_start = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory(prefix="bench-judge-") as tmp:
+        run = Path(tmp) / "run"
+        run.mkdir()
+        env = {"COURSE_PROFILE": args.profile, "COURSE_RUN_DIR": str(run), "MPLBACKEND": "Agg",
+               "COURSE_HEADLESS": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+        seconds = execute_notebook(NOTEBOOK, Path(tmp) / NOTEBOOK.name, env, timeout=3600, echo=False)
+        found = json.loads((run / "judge" / "judge_results.json").read_text())
+    runs = {}
+    for name, r in found["runs"].items():
+        runs[name] = {"accuracy": r["accuracy"], "judge_score": round(r["judge_score"], 3),
+                      "seconds": round(r["seconds"], 1), **step_figures(r["history"]),
+                      "history": [{k: h.get(k) for k in ("step", "reward", "step_time", "judge/seconds",
+                                                         "judge/failed", "judge/latency_s", "frac_reward_zero_std")
+                                   if k in h} for h in r["history"]]}
+    timings = found["timings"]
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                            cwd=ROOT).stdout.strip()
+    out = {"command": " ".join(["python", *sys.argv]), "commit": commit, "date": time.strftime("%Y-%m-%d"),
+           "machine": {"cpu": cpu_name(), "cpus": os.cpu_count(), "loadavg_1min_start": round(load_start, 2),
+                       "loadavg_1min_end": round(os.getloadavg()[0], 2)},
+           "profile": args.profile, "notebook_minutes": round(seconds / 60, 1), "steps": found["steps"],
+           "agreement": {side: {k: round(v, 3) for k, v in a.items()} for side, a in found["agreement"].items()},
+           "runs": runs, "async_seconds": {k: round(v, 2) for k, v in timings.items()},
+           "async_ratio": round(timings["1"] / timings["4"], 2),
+           "samples": {side: {k: round(v, 3) for k, v in summary.items() if k in ("correct", "format", "accuracy",
+                                                                              "mean_length", "n_completions")}
+                       for side, summary in found["samples"].items()},
+           "hacked": found["hacked"],
+           "fault": [{k: h.get(k) for k in ("step", "judge/failed", "rewards/judge_reward/mean",
+                                           "rewards/prefilled_strict_format_reward/mean")} for h in found["fault"]],
+           "resumed": [{"step": h["step"], "rewards": sorted(k.split("/")[1] for k in h if k.startswith("rewards/")
+                                                            and k.endswith("/mean"))} for h in found["resumed"]]}
+    text = json.dumps(out, indent=1)
+    print(text)
+    if args.json:
+        Path(args.json).write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
