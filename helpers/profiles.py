@@ -172,7 +172,7 @@ CPU_SMOKE = Profile(
     gpu_memory_utilization=0.6, seed=3407, watch_prompts=4, watch_evals=2,
     minutes={"00_setup": 0.4, "01_dataset_prep": 0.1, "02_reward_lab": 0.3,
              "03_grpo_training": 0.8, "04_merge_and_inference": 0.8, "05_your_own_task": 1.0, "06_inside_grpo": 2.0,
-             "07_grpo_with_tools": 0.6},
+             "07_grpo_with_tools": 0.6, "08_rewards_from_a_model": 7.4},
 )
 #: A laptop: the same model, a harder level, groups of 8, 30 steps at 1e-4 or 6 minutes (3e-4 for 20 steps, the
 #: recipe before, collapsed some seeds; docs/measured.md has every variant measured).
@@ -182,7 +182,7 @@ CPU_DEMO = dataclasses.replace(
     time_budget_minutes=6, fallback_minutes=3, save_steps=10, eval_prompts=100, watch_prompts=32, watch_evals=4,
     minutes={"00_setup": 0.9, "01_dataset_prep": 0.1, "02_reward_lab": 0.3,
              "03_grpo_training": 6.2, "04_merge_and_inference": 2.1, "05_your_own_task": 4.8, "06_inside_grpo": 3.1,
-             "07_grpo_with_tools": 4.8},
+             "07_grpo_with_tools": 4.8, "08_rewards_from_a_model": 8.0},
 )
 #: A free T4: Qwen2.5-1.5B in 4-bit with Unsloth, GSM8K, no warm-up, 8-bit AdamW, DAPO's truncation mask.
 COLAB_T4 = dataclasses.replace(
@@ -193,7 +193,7 @@ COLAB_T4 = dataclasses.replace(
     save_steps=25, eval_prompts=200, max_seq_length=1024,
     minutes={"00_setup": 5.0, "01_dataset_prep": 1.0, "02_reward_lab": 3.0, "03_grpo_training": 50.0,
              "04_merge_and_inference": 15.0, "05_your_own_task": 55.0, "06_inside_grpo": 15.0,
-             "07_grpo_with_tools": 30.0},
+             "07_grpo_with_tools": 30.0, "08_rewards_from_a_model": 35.0},
 )
 #: An A100/H100/L4: Qwen3-4B, vLLM colocated, longer completions, bigger groups.
 GPU_LARGE = dataclasses.replace(
@@ -202,7 +202,7 @@ GPU_LARGE = dataclasses.replace(
     time_budget_minutes=60, save_steps=50, eval_prompts=500, max_seq_length=2048, gpu_memory_utilization=0.5,
     minutes={"00_setup": 5.0, "01_dataset_prep": 1.0, "02_reward_lab": 3.0, "03_grpo_training": 65.0,
              "04_merge_and_inference": 10.0, "05_your_own_task": 70.0, "06_inside_grpo": 15.0,
-             "07_grpo_with_tools": 35.0},
+             "07_grpo_with_tools": 35.0, "08_rewards_from_a_model": 40.0},
 )
 PROFILES: dict[str, Profile] = {p.name: p for p in (CPU_SMOKE, CPU_DEMO, COLAB_T4, GPU_LARGE)}
 

@@ -45,10 +45,11 @@ def test_link_checker_catches_and_fixes_a_stale_url():
     assert not link_problems(fixed) and REPO_URL in fixed
 
 
-def test_course_notebooks_are_the_eight_in_order():
+def test_course_notebooks_are_the_nine_in_order():
     names = [p.stem for p in course_notebooks()]
     assert names == ["00_setup", "01_dataset_prep", "02_reward_lab", "03_grpo_training",
-                     "04_merge_and_inference", "05_your_own_task", "06_inside_grpo", "07_grpo_with_tools"]
+                     "04_merge_and_inference", "05_your_own_task", "06_inside_grpo", "07_grpo_with_tools",
+                     "08_rewards_from_a_model"]
 
 
 def test_runner_executes_in_order_and_writes_a_run_folder(tmp_path, capsys):
