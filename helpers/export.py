@@ -1,4 +1,4 @@
-"""GGUF files llama.cpp loads, written by llama.cpp's own converters: the merged model and the adapter.
+"""GGUF files llama.cpp loads, written by llama.cpp's own converters (notebook 04, section 7): model and adapter.
 
 llama.cpp (the runtime under Ollama and LM Studio) reads one file, a GGUF: the weights, the vocabulary and the chat
 template. Its converters ship in ``llama-cpp-python``'s source distribution on PyPI; :func:`converters` unpacks them
@@ -133,7 +133,7 @@ def byte_level_tokenizer(data: dict[str, Any]) -> dict[str, Any] | None:
     ``tokenizer.ggml.model = gpt2`` in the GGUF). llama.cpp's converter takes exactly that mark for a Llama-2
     tokenizer (``LlamaHfVocab`` in gguf-py/gguf/vocab.py) and writes a SentencePiece vocabulary that llama.cpp
     cannot run. Byte fallback never fires on a byte-level vocabulary (every byte is a token), so clearing it and
-    decoding byte-level changes no token id and no text (tests/test_gguf.py checks both)."""
+    decoding byte-level changes no token id and no text (tests/test_export.py checks both)."""
     model, pre = data.get("model") or {}, data.get("pre_tokenizer") or {}
     pres = [pre, *pre.get("pretokenizers", [])]
     if model.get("type") != "BPE" or not model.get("byte_fallback") or not any(p.get("type") == "ByteLevel"

@@ -1,4 +1,4 @@
-"""llama.cpp on this machine: greedy answers in the notebook, and its OpenAI-compatible server on 127.0.0.1.
+"""llama.cpp on this machine (notebook 04, sections 7 and 10): greedy answers, and its OpenAI-compatible server.
 
 :func:`llama_server` starts ``python -m llama_cpp.server`` (llama-cpp-python's server) as a real process on a free port,
 waits until it answers, and stops it when the ``with`` block ends, on success and on error alike; the ``openai``

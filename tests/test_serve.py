@@ -91,7 +91,8 @@ def test_a_server_that_does_not_answer_in_time_is_stopped(gguf):
     with pytest.raises(ServerError, match="did not answer on port .* within 0.01 s"):
         with llama_server(gguf, timeout=0.01):
             pass
-    assert not [p for p in os.popen("ps -eo args").read().splitlines() if str(gguf) in p and "llama_cpp.server" in p]
+    # the server's command line (helpers.serve.server_command): `python -m helpers.serve --llama-server --model ...`
+    assert not [p for p in os.popen("ps -eo args").read().splitlines() if str(gguf) in p and "--llama-server" in p]
 
 
 def test_a_missing_file_is_named(tmp_path):
