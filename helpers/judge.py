@@ -92,7 +92,7 @@ class JudgeStats:
 
 def judge_reward(base_url: str, model: str = "judge", *, name: str = "judge_reward", with_reference: bool = False,
                  prefill: str = "", scoring: str = "logprob", timeout: float = 20.0, retries: int = 2,
-                 backoff: float = 0.5, concurrency: int = 4, cache: bool = True, max_tokens: int = 2,
+                 backoff: float = 0.5, concurrency: int = 4, cache: bool = True, max_tokens: int = 1,
                  api_key: str = "local", log_dir: str | Path | None = None) -> Callable[..., Any]:
     """An ``async def`` reward in TRL's convention: each completion's score in [0, 1] by the judge at ``base_url``,
     ``None`` after ``retries`` failed tries (``backoff`` s, doubling) or an unreadable reply. ``scoring``: "logprob"
