@@ -1,5 +1,5 @@
-"""GRPO callbacks reading only ``state.log_history`` (Unsloth's trainer works too): the dashboard, the time budget, the
-run log, and the watch (:mod:`helpers.watch`): a held-out slice scored while training, and the named warnings."""
+"""Notebook 03's GRPO callbacks (Unsloth's trainer too): the dashboard, the time budget, the run log, the watch (a
+held-out slice, how alike each group's completions are, the named warnings: :mod:`helpers.watch`), trackio's step."""
 
 from __future__ import annotations
 
@@ -10,10 +10,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 from transformers import TrainerCallback
+from transformers.integrations import TrackioCallback
+from transformers.integrations.integration_utils import rewrite_logs
 
 from .plots import dashboard_figure, png_bytes
 from .runs import write_bytes, write_json
-from .watch import EVAL_PREFIX, RunWarning, diagnose
+from .watch import EVAL_PREFIX, RunWarning, diagnose, group_diversity
 
 
 def step_logs(log_history: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -51,7 +53,7 @@ class DashboardCallback(TrainerCallback):
             f"{label} {'-' if logs.get(key) is None else format(logs[key], spec)}" for label, key, spec in (
                 ("reward", "reward", ".3f"), ("std", "reward_std", ".3f"),
                 ("zero-std", "frac_reward_zero_std", ".2f"), ("length", "completions/mean_length", ".1f"),
-                ("entropy", "entropy", ".3f")))
+                ("entropy", "entropy", ".3f"), ("distinct", "diversity/distinct", ".2f")))
             + (f"  held-out {self.headline} {logs[held_out]:.0%}" if logs.get(held_out) is not None else ""))
 
     def figure(self, state: Any, args: Any = None) -> Any:
@@ -175,6 +177,30 @@ class HeldOutCallback(TrainerCallback):
         self._pending = None
 
 
+class GroupDiversityCallback(TrainerCallback):
+    """Add how alike each group's completions are (:func:`helpers.watch.group_diversity`) to every step's log.
+
+    It reads the completions the trainer keeps for its completion log (``trainer._logs``, one generation batch), in
+    TRL's trainer and in Unsloth's, generated from TRL's source and logging no entropy: the signal both have. It
+    needs the trainer: :func:`helpers.tracking.tracker_last` hands it over. Place it before the log's readers."""
+
+    def __init__(self, trainer: Any = None) -> None:
+        self.trainer, self._told = trainer, False
+
+    def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: D102
+        if logs is None or "train_runtime" in logs or "reward" not in logs or (self.trainer is None and self._told):
+            return
+        if self.trainer is None:
+            self._told = True
+            return print("GroupDiversityCallback has no trainer to read: call helpers.tracking.tracker_last(trainer) "
+                         "(or set callback.trainer = trainer) once the trainer is built.")
+        held = getattr(self.trainer, "_logs", None) or {}
+        extra = group_diversity(list(held.get("completion") or []), self.trainer.args.num_generations)
+        logs.update(extra)
+        if state.log_history and state.log_history[-1].get("step") == state.global_step:
+            state.log_history[-1].update(extra)  # Trainer.log appended a copy of logs before calling on_log
+
+
 class WatchCallback(TrainerCallback):
     """Run :func:`helpers.watch.diagnose` on every log; print each new warning once (a trackio alert too)."""
 
@@ -198,7 +224,30 @@ def _trackio_alert(warning: RunWarning) -> None:
     """The warning in trackio's dashboard too, where a trackio run is open (never raises)."""
     try:
         import trackio
-        trackio.alert(title=warning.name, text=f"step {warning.step}: {warning.seen}. {warning.fix}",
-                      level=trackio.AlertLevel.WARN)
+        run = trackio.context_vars.current_run.get()
+        run.alert(title=warning.name, text=f"step {warning.step}: {warning.seen}. {warning.fix}",
+                  level=trackio.AlertLevel.WARN, step=warning.step)  # trackio.alert has no step: the run's has
     except Exception:  # noqa: BLE001 - the printed line is the warning; the alert is a copy
         pass
+
+
+class TrackioStepCallback(TrackioCallback):
+    """transformers' ``TrackioCallback`` logging each point at the training step (put in place by ``tracker_last``).
+
+    transformers logs without a step (integration_utils.py:1082-1096), so trackio numbers the calls, and TRL makes a
+    second one a step, its completion table (trl/trainer/grpo_trainer.py:3473): trackio's step ran twice as fast."""
+
+    #: The Trainer's end-of-run summary, which transformers' callback leaves out (integration_utils.py:1083-1089).
+    SUMMARY = ("train_runtime", "train_samples_per_second", "train_steps_per_second", "train_loss", "total_flos")
+
+    def on_log(self, args, state, control, model=None, logs=None, **kwargs):  # noqa: D102
+        if not self._initialized:
+            self.setup(args, state, model)
+        if not state.is_world_process_zero or not logs:
+            return
+        step = int(state.global_step)
+        self._trackio.log({**rewrite_logs({k: v for k, v in logs.items() if k not in self.SUMMARY}),
+                           "train/global_step": step}, step=step)
+        run = self._trackio.context_vars.current_run.get()
+        if run is not None and hasattr(run, "_next_step"):  # trackio 0.43's counter (run.py:1263-1265)
+            run._next_step = step  # TRL's completion table, logged next without a step, lands on this one

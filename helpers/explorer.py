@@ -1,4 +1,5 @@
-"""What the model wrote during training, read from TRL's ``log_completions`` parquet files (one per step).
+"""What the model wrote during training, read from TRL's ``log_completions`` parquet files (one per step): notebooks 03,
+04 and 07.
 
 A tool-calling run's completion is a conversation: TRL's ``completion`` column holds it decoded as one text (the
 tools' replies included, the turn tokens dropped), and a reward may log the messages themselves with TRL's

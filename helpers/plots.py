@@ -1,4 +1,5 @@
-"""The course's figures: matplotlib ``Figure``s built without pyplot's global state, shown as PNGs on any backend."""
+"""The course's figures: matplotlib ``Figure``s built without pyplot's global state, shown as PNGs on any backend
+(notebooks 01-04 and 06)."""
 
 from __future__ import annotations
 
@@ -21,9 +22,9 @@ def smooth(values: Sequence[float], window: int = 5) -> list[float]:
 
 
 def dashboard_figure(records: Sequence[dict[str, Any]], window: int = 5, warnings: Sequence[Any] = ()) -> Any:
-    """Six panels of TRL's per-step logs, raw thin and smoothed thick: rewards, spread in groups, entropy, length,
-    held-out accuracy (``eval_*``, :class:`helpers.callbacks.HeldOutCallback`) and KL or loss; ``warnings`` (named
-    in the title)."""
+    """Six panels of TRL's per-step logs, raw thin and smoothed thick: rewards, spread in groups, entropy and group
+    diversity (``diversity/*``: Unsloth logs no entropy), length, held-out accuracy (``eval_*``, HeldOutCallback) and
+    KL or loss; ``warnings`` named in the title."""
     fig, axes = _figure((13, 6.5), 2, 3)
     (reward_ax, signal_ax, entropy_ax), (length_ax, heldout_ax, last_ax) = axes
 
@@ -48,8 +49,10 @@ def dashboard_figure(records: Sequence[dict[str, Any]], window: int = 5, warning
     line(signal_ax, "frac_reward_zero_std", "groups with equal rewards")
     signal_ax.set_title("Signal: reward spread inside groups")
     signal_ax.set_ylim(bottom=0)
-    line(entropy_ax, "entropy", "entropy (nats per token)", "tab:purple")
-    entropy_ax.set_title("Entropy: how unsure the policy still is")
+    entropy = line(entropy_ax, "entropy", "entropy (nats per token)", "tab:purple")
+    line(entropy_ax, "diversity/distinct", "different completions in a group (share)", "tab:green")
+    line(entropy_ax, "diversity/overlap", "words a group's completions share", "tab:orange")
+    entropy_ax.set_title("Entropy and group diversity" if entropy else "Group diversity (no entropy logged)")
     entropy_ax.set_ylim(bottom=0)
     line(length_ax, "completions/mean_length", "mean length (tokens)")
     line(length_ax, "completions/clipped_ratio", "clipped ratio (0..1)", "tab:red")
@@ -58,7 +61,8 @@ def dashboard_figure(records: Sequence[dict[str, Any]], window: int = 5, warning
         line(heldout_ax, key, key[len("eval_"):].replace("_", " "), smoothed=False)
     heldout_ax.set_title("Held-out slice (greedy)")
     heldout_ax.set_ylim(-0.02, 1.02)
-    if line(last_ax, "kl", "KL to the reference"):
+    kl = any(r.get("kl") for r in records)  # Unsloth's trainer logs kl 0.0 at every step, beta = 0 too
+    if kl and line(last_ax, "kl", "KL to the reference"):
         last_ax.set_title("KL (beta > 0)")
     else:
         line(last_ax, "loss", "loss")

@@ -1,4 +1,5 @@
-"""Runs tracked in trackio, locally: the project lives in the run folder (``RUN/trackio``), no account, no network.
+"""Runs tracked in trackio, locally: the project lives in the run folder (``RUN/trackio``), no account, no network
+(notebooks 03 and 07).
 
 transformers' ``TrackioCallback`` (``report_to="trackio"``) calls ``trackio.init(project=args.project,
 name=args.run_name, space_id=args.trackio_space_id, ...)``; with no Space it writes a SQLite file under trackio's
@@ -152,12 +153,19 @@ def show_privately(dashboard: Any, project: str = PROJECT) -> None:
 
 
 def tracker_last(trainer: Any) -> Any:
-    """Move the trainer's ``TrackioCallback`` after the course's callbacks, so it logs what they add to a step.
-
-    transformers puts ``report_to``'s callbacks before those passed as ``callbacks=`` (Trainer.__init__), and a
-    callback sees only what the ones before it added (``HeldOutCallback``'s held-out accuracy). Returns ``trainer``."""
+    """Order the course's callbacks once the trainer is built (a callback sees only what those before it added to a
+    log, and transformers puts ``report_to``'s first): ``GroupDiversityCallback`` (added where missing) before the
+    log's readers, given the trainer it reads; trackio last, as ``TrackioStepCallback`` (at the training step)."""
     from transformers.integrations import TrackioCallback
+    from .callbacks import DashboardCallback, GroupDiversityCallback, TrackioStepCallback, WatchCallback
+    callbacks = trainer.callback_handler.callbacks
+    diversity = next((c for c in callbacks if isinstance(c, GroupDiversityCallback)), None)
+    if diversity is None:
+        diversity = GroupDiversityCallback()
+        readers = [i for i, c in enumerate(callbacks) if isinstance(c, (WatchCallback, DashboardCallback))]
+        callbacks.insert(readers[0] if readers else len(callbacks), diversity)
+    diversity.trainer = trainer
     tracker = trainer.pop_callback(TrackioCallback)
     if tracker is not None:
-        trainer.add_callback(tracker)
+        trainer.add_callback(tracker if isinstance(tracker, TrackioStepCallback) else TrackioStepCallback())
     return trainer

@@ -1,15 +1,16 @@
-"""Watching a GRPO run: named warnings for the known ways a run dies, read from its logs.
+"""Watching a GRPO run: named warnings for the known ways a run dies, read from its logs (notebook 03, section 8).
 
-:func:`diagnose` reads a log history (``trainer.state.log_history``, ``metrics.jsonl``) and names what it sees. The
-callbacks that use it while training live in :mod:`helpers.callbacks` (they subclass transformers'
-``TrainerCallback``, so importing them loads torch): ``HeldOutCallback`` scores a small held-out slice every few
-steps and adds ``eval_<metric>`` to the step's log (trackio shows it as ``eval/<metric>``); ``WatchCallback`` prints
-each warning once and raises it as a trackio alert. ``from helpers.watch import WatchCallback`` works too.
+:func:`diagnose` reads a log history (``trainer.state.log_history``, ``metrics.jsonl``) and names what it sees;
+:func:`group_diversity` measures how alike each group's completions are, a signal every trainer has (Unsloth's
+logs no entropy). The callbacks that use them while training live in :mod:`helpers.callbacks` (they subclass
+transformers' ``TrainerCallback``, so importing them loads torch; this module imports nothing of it).
 
 Example:
     >>> history = [{"step": s, "reward": 0.1, "frac_reward_zero_std": 1.0} for s in range(1, 6)]
     >>> [w.name for w in diagnose(history)]
     ['no-reward-spread']
+    >>> group_diversity(["a b", "a b", "a c", "d"], group_size=2)
+    {'diversity/distinct': 0.75, 'diversity/overlap': 0.5}
 """
 
 from __future__ import annotations
@@ -43,6 +44,9 @@ FIXES: dict[str, str] = {
                         "beta > 0 to stay near the start model; a higher temperature, the other usual remedy, did not "
                         "help on cpu-demo (docs/measured.md). Restart from the warm-up adapter rather than this "
                         "checkpoint",
+    "diversity-collapse": "each group's completions have become near copies, so its rewards no longer differ and "
+                          "learning stops: entropy-collapse seen in the completions (Unsloth logs no entropy). "
+                          "Lower learning_rate (a third), or set beta > 0; restart from the warm-up adapter",
     "no-reward-spread": "every completion of every group scored the same, so every advantage is 0 and the loss "
                         "gives no gradient. All wrong: an easier level, a warm-up, or partial-credit rewards. All "
                         "right: a harder level. More num_generations makes a differing group likelier",
@@ -70,9 +74,44 @@ def _first(points: list[tuple[int, float]], n: int) -> float:
     return statistics.median(v for _, v in points[:n])
 
 
+DISTINCT, OVERLAP = "diversity/distinct", "diversity/overlap"  #: the keys of :func:`group_diversity`
+
+
+def group_diversity(completions: Sequence[str], group_size: int) -> dict[str, float]:
+    """How alike each group's completions are, averaged over the groups (a group: ``group_size`` consecutive
+    completions, as TRL orders them): ``diversity/distinct``, the share that differ (1/G: all one text), and
+    ``diversity/overlap``, the mean word-set Jaccard similarity of a group's pairs (1: the same words)."""
+    distinct, overlap = [], []
+    for i in range(0, len(completions) - 1, max(2, int(group_size))):
+        texts = [str(t).strip() for t in completions[i:i + max(2, int(group_size))]]
+        words = [frozenset(t.split()) for t in texts]
+        pairs = [len(a & b) / len(a | b) if a | b else 1.0 for j, a in enumerate(words) for b in words[j + 1:]]
+        if pairs:
+            distinct.append(len(set(texts)) / len(texts))
+            overlap.append(sum(pairs) / len(pairs))
+    if not distinct:
+        return {}
+    return {DISTINCT: round(statistics.fmean(distinct), 4), OVERLAP: round(statistics.fmean(overlap), 4)}
+
+
+def _collapse(points: list[tuple[int, float]], spread: dict[int, float], heldout: list[tuple[int, float]],
+              drop: float, window: int, alike: float) -> tuple[int, float, float, float, int] | None:
+    """``(step, start, late, alike share, steps)`` where :func:`diagnose`'s collapse rule first holds for ``points``
+    (median of the last ``window`` below ``drop`` x the first ``window``'s), or None."""
+    for i in range(2 * window - 1, len(points)):
+        start, late = _first(points, window), statistics.median(v for _, v in points[i - window + 1:i + 1])
+        same = [spread[s] for s, _ in points[max(0, i - window):i + 1] if s in spread]
+        if start > 0 and late < drop * start and same and statistics.fmean(same) >= alike:
+            scored = [v for s, v in heldout if s <= points[i][0]]
+            if len(scored) > 1 and scored[-1] >= max(scored) and scored[-1] > scored[0]:
+                continue  # sure of answers the held-out slice says are right: converged, not collapsed
+            return points[i][0], start, late, statistics.fmean(same), len(same)
+    return None
+
+
 def diagnose(history: Sequence[dict[str, Any]], mask_truncated_completions: bool = False, headline: str = "accuracy",
              entropy_drop: float = 0.3, entropy_window: int = 3, alike: float = 0.75, zero_spread_steps: int = 4,
-             heldout_falls: int = 2, heldout_drop: float = 0.15) -> list[RunWarning]:
+             heldout_falls: int = 2, heldout_drop: float = 0.15, diversity_drop: float = 0.3) -> list[RunWarning]:
     """The known failures ``history`` (per-step log dicts with ``step``) shows, each once, at the first step seen.
 
     - ``entropy-collapse``: the median ``entropy`` of the last ``entropy_window`` steps is below ``entropy_drop``
@@ -81,6 +120,8 @@ def diagnose(history: Sequence[dict[str, Any]], mask_truncated_completions: bool
       (``eval_<headline>``) stands at its best and above its first reading: a healthy run's entropy falls too, as
       the model grows sure of right answers, and once they are right its groups stop differing as well; the slice
       tells the two apart (0.3, not 0.25: with 0.25 a stored run that fell from 37% to 16.5% went unnamed);
+    - ``diversity-collapse``: the same reading of how much a group's completions differ (1 - ``diversity/overlap``,
+      :func:`group_diversity`) with ``diversity_drop``: on every trainer (Unsloth's logs no entropy);
     - ``no-reward-spread``: ``frac_reward_zero_std`` is 1 (every group's rewards all equal) ``zero_spread_steps``
       steps in a row;
     - ``all-truncated``: ``completions/clipped_ratio`` is 1 at a step while ``mask_truncated_completions`` is on;
@@ -89,22 +130,22 @@ def diagnose(history: Sequence[dict[str, Any]], mask_truncated_completions: bool
       before.
     """
     found: list[RunWarning] = []
-    entropy, spread = _series(history, "entropy"), dict(_series(history, "frac_reward_zero_std"))
-    heldout = _series(history, EVAL_PREFIX + headline)
-    for i in range(2 * entropy_window - 1, len(entropy)):
-        window = entropy[i - entropy_window + 1:i + 1]
-        start, late = _first(entropy, entropy_window), statistics.median(v for _, v in window)
-        steps = [s for s, _ in entropy[max(0, i - entropy_window):i + 1]]
-        same = [spread[s] for s in steps if s in spread]
-        if start > 0 and late < entropy_drop * start and same and statistics.fmean(same) >= alike:
-            scored = [v for s, v in heldout if s <= entropy[i][0]]
-            if len(scored) > 1 and scored[-1] >= max(scored) and scored[-1] > scored[0]:
-                continue  # sure of answers the held-out slice says are right: converged, not collapsed
-            found.append(RunWarning("entropy-collapse", entropy[i][0], f"entropy {late:.3f}, down from {start:.3f} "
-                                    f"({late / start:.0%} of the first {entropy_window} steps), and "
-                                    f"{statistics.fmean(same):.0%} of the completions in groups that all scored "
-                                    f"the same over the last {len(same)} steps", FIXES["entropy-collapse"]))
-            break
+    spread, heldout = dict(_series(history, "frac_reward_zero_std")), _series(history, EVAL_PREFIX + headline)
+    seen = _collapse(_series(history, "entropy"), spread, heldout, entropy_drop, entropy_window, alike)
+    if seen:
+        step, start, late, same, n = seen
+        found.append(RunWarning("entropy-collapse", step, f"entropy {late:.3f}, down from {start:.3f} "
+                                f"({late / start:.0%} of the first {entropy_window} steps), and {same:.0%} of the "
+                                f"completions in groups that all scored the same over the last {n} steps",
+                                FIXES["entropy-collapse"]))
+    differ = [(s, 1.0 - v) for s, v in _series(history, OVERLAP)]
+    seen = _collapse(differ, spread, heldout, diversity_drop, entropy_window, alike)
+    if seen:
+        step, start, late, same, n = seen
+        found.append(RunWarning("diversity-collapse", step, f"a group's completions share {1 - late:.0%} of their "
+                                f"words, up from {1 - start:.0%} over the first {entropy_window} steps, and {same:.0%} "
+                                f"of the completions in groups that all scored the same over the last {n} steps",
+                                FIXES["diversity-collapse"]))
     zero = _series(history, "frac_reward_zero_std")
     run = 0
     for step, value in zero:
@@ -149,10 +190,3 @@ def watch_every(max_steps: int, evaluations: int) -> int:
     """
     return max(1, int(max_steps) // max(1, int(evaluations)))
 
-
-def __getattr__(name: str) -> Any:
-    """``HeldOutCallback`` and ``WatchCallback``, imported from :mod:`helpers.callbacks` when first asked for."""
-    if name in ("HeldOutCallback", "WatchCallback"):
-        from . import callbacks
-        return getattr(callbacks, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

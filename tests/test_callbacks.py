@@ -1,15 +1,17 @@
-"""helpers.callbacks: the time budget, metrics.jsonl across a resume, the dashboard, the held-out slice and the
-warnings while training (no model needed: a stand-in evaluation)."""
+"""helpers.callbacks: the time budget, metrics.jsonl across a resume, the dashboard, the held-out slice, the group
+diversity and the warnings while training (no model needed: a stand-in evaluation, a stand-in holding what
+GRPOTrainer keeps for its completion log); the group diversity on Unsloth's own trainer (contract environment)."""
 
 import json
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 from transformers import TrainerControl, TrainerState
 
 from helpers import callbacks
-from helpers.callbacks import (DashboardCallback, HeldOutCallback, RunLogCallback, TimeBudgetCallback,
-                               WatchCallback, step_logs)
+from helpers.callbacks import (DashboardCallback, GroupDiversityCallback, HeldOutCallback, RunLogCallback,
+                               TimeBudgetCallback, WatchCallback, step_logs)
 
 ARGS = SimpleNamespace()
 
@@ -142,7 +144,7 @@ def test_dashboard_headless_prints_one_line_per_step_and_saves_a_png(tmp_path):
     cb.on_log(ARGS, _state(3, max_steps=3, history=history), TrainerControl(), logs={"loss": 0.2})
     assert len(lines) == 3
     assert lines[1].split() == ["step", "2/3", "reward", "0.200", "std", "0.300", "zero-std", "0.25",
-                                "length", "18.0", "entropy", "-"]
+                                "length", "18.0", "entropy", "-", "distinct", "-"]
     cb.on_train_end(ARGS, _state(3, max_steps=3, history=history), TrainerControl())
     png = tmp_path / "figures" / "dashboard.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -200,9 +202,9 @@ def test_dashboard_live_shows_one_figure_and_updates_it_in_place(tmp_path, monke
 def test_dashboard_line_shows_entropy_and_the_held_out_accuracy_when_scored(tmp_path):
     lines = []
     cb = DashboardCallback(tmp_path, live=False, print_fn=lines.append, headline="exact_match")
-    logs = dict(_log(4), entropy=0.4321, eval_exact_match=0.375)
+    logs = dict(_log(4), entropy=0.4321, eval_exact_match=0.375, **{"diversity/distinct": 0.625})
     cb.on_log(ARGS, _state(4, 8, history=[logs]), TrainerControl(), logs=logs)
-    assert lines[0].endswith("entropy 0.432  held-out exact_match 38%")
+    assert lines[0].endswith("entropy 0.432  distinct 0.62  held-out exact_match 38%")
 
 
 def test_dashboard_figure_names_the_warnings_the_logs_raise(tmp_path):
@@ -270,3 +272,77 @@ def test_watch_callback_prints_each_warning_once():
         cb.on_log(args, _state(n, history=rows[:n]), TrainerControl(), logs=rows[n - 1])
     assert len(printed) == 1 and printed[0].startswith("WARNING [no-reward-spread] step 4")
     assert [w.name for w in cb.raised] == ["no-reward-spread"]
+
+
+# --------------------------------------------------------------------------- the group diversity
+
+
+def _holding(prompts, completions, num_generations):
+    """What GRPOTrainer keeps for its completion log (``_logs``, deques of one generation batch) and its config."""
+    from collections import deque
+    size = len(completions)
+    return SimpleNamespace(_logs={"prompt": deque(prompts, maxlen=size), "completion": deque(completions, maxlen=size)},
+                           args=SimpleNamespace(num_generations=num_generations))
+
+
+def test_group_diversity_is_added_to_the_steps_log_and_its_history_entry():
+    trainer = _holding(["p1"] * 4 + ["p2"] * 4, ["7", "7", "7", "7", "a b", "a c", "d", "a b"], 4)
+    cb = GroupDiversityCallback()
+    cb.trainer = trainer  # as tracker_last does once the trainer is built
+    logs = _log(3)
+    state = _state(3, history=[dict(logs)])
+    cb.on_log(ARGS, state, TrainerControl(), logs=logs)
+    # group 1: one text of 4 (0.25), every pair the same words (1.0); group 2: 3 of 4 differ, share 5/18 a pair
+    assert logs["diversity/distinct"] == state.log_history[-1]["diversity/distinct"] == 0.5
+    assert logs["diversity/overlap"] == state.log_history[-1]["diversity/overlap"] == pytest.approx((1 + 5 / 18) / 2, abs=1e-4)
+    summary = dict(SUMMARY)
+    cb.on_log(ARGS, state, TrainerControl(), logs=summary)  # the end-of-run summary is not a step
+    assert "diversity/distinct" not in summary
+
+
+def test_group_diversity_without_its_trainer_says_how_to_give_it_once(capsys):
+    cb = GroupDiversityCallback()
+    for step in (1, 2):
+        logs = _log(step)
+        cb.on_log(ARGS, _state(step, history=[dict(logs)]), TrainerControl(), logs=logs)
+        assert "diversity/distinct" not in logs
+    assert capsys.readouterr().out.count("tracker_last(trainer)") == 1
+
+
+def test_the_watch_reads_the_diversity_the_callback_added_before_it():
+    """In the trainer's order (the diversity first, the watch after), a collapse in the completions is named at the
+    step it is seen, where the trainer logs no entropy (Unsloth's)."""
+    varied = [f"{i} + {i} = {2 * i} then {i}" for i in range(4)]
+    batches = [varied] * 3 + [["same words"] * 4] * 3
+    trainer, printed = _holding(["p"] * 4, varied, 4), []
+    diversity, watch = GroupDiversityCallback(trainer), WatchCallback(print_fn=printed.append, alert=False)
+    history = []
+    for step, batch in enumerate(batches, 1):
+        trainer._logs["completion"].extend(batch)  # the next generation batch replaces the last (maxlen)
+        logs = {**_log(step), "frac_reward_zero_std": 1.0 if step > 3 else 0.0}
+        logs.pop("step")
+        history.append({**logs, "step": step})
+        state = _state(step, history=history)
+        for cb in (diversity, watch):
+            cb.on_log(ARGS, state, TrainerControl(), logs=logs)
+        history = state.log_history
+    assert [h["diversity/overlap"] for h in history] == [pytest.approx(history[0]["diversity/overlap"])] * 3 + [1.0] * 3
+    assert [(w.name, w.step) for w in watch.raised] == [("diversity-collapse", 6)]
+    assert printed[0].startswith("WARNING [diversity-collapse] step 6: a group's completions share 100% of their words")
+
+
+@pytest.mark.contract
+def test_on_unsloths_trainer_the_group_diversity_is_logged_where_no_entropy_is(tmp_path_factory):
+    """The course's training through Unsloth's own GRPOTrainer (tests/unsloth_cpu.py, the colab-t4 recipe on a CPU):
+    Unsloth computes no entropy (unsloth/models/rl_replacements.py:2014, 3034: ``compute_entropy = False``), so no
+    step logs one; the trainer it compiles from TRL's source keeps TRL's completion log, so every step logs the group
+    diversity, and the completion log's files are there too."""
+    from .contract import unsloth_case
+
+    for name in ("colab-t4", "gpu-large"):
+        run = Path(unsloth_case(name, tmp_path_factory)["run"])
+        logged = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        assert logged and all("entropy" not in entry for entry in logged)
+        assert all(0 < entry["diversity/distinct"] <= 1 and 0 <= entry["diversity/overlap"] <= 1 for entry in logged)
+        assert sorted(p.name for p in (run / "grpo" / "completions").glob("*.parquet")) == [
+            f"completions_{entry['step']:05d}.parquet" for entry in logged]

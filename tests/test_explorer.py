@@ -131,6 +131,12 @@ def test_a_real_tiny_grpo_run_is_read_as_trl_wrote_and_logged_it(tmp_path_factor
         assert group["advantage"].tolist() == pytest.approx(expected.tolist(), abs=1e-4)
     assert step_summary(df)["step"].tolist() == [1, 2]
     assert "Step 2: 2 completions" in render_step(df)
+    # the group diversity logged at each step (GroupDiversityCallback, from the completions the trainer held) is the
+    # one of the completions TRL wrote to its log
+    from helpers.watch import group_diversity
+    for step, group in df.groupby("step"):
+        measured = group_diversity(list(group["completion"]), profile.num_generations)
+        assert measured == pytest.approx({k: logged[step][k] for k in measured}) and len(measured) == 2
 
 
 # --------------------------------------------------------------------------- tool-calling runs (notebook 07)

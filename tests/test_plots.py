@@ -35,7 +35,7 @@ def test_smooth():
     assert smooth([]) == []
 
 
-TITLES = ["Rewards (mean per step)", "Signal: reward spread inside groups", "Entropy: how unsure the policy still is",
+TITLES = ["Rewards (mean per step)", "Signal: reward spread inside groups", "Group diversity (no entropy logged)",
           "Completion length", "Held-out slice (greedy)", "Loss (not a progress measure in GRPO)"]
 
 
@@ -57,10 +57,23 @@ def test_dashboard_shows_entropy_and_the_held_out_points():
     rows[1].update(eval_accuracy=0.25, eval_format=1.0, eval_mean_length=20.0)
     rows[2].update(eval_accuracy=0.5, eval_format=1.0, eval_mean_length=19.0)
     fig = dashboard_figure(rows, window=2)
-    assert _labels(fig.axes[2]) == ["entropy (nats per token)"]
+    assert _labels(fig.axes[2]) == ["entropy (nats per token)"] and fig.axes[2].get_title() == (
+        "Entropy and group diversity")
     held = fig.axes[4]
     assert _labels(held) == ["accuracy", "format"]  # rates only: the length has its own panel
     assert list(held.lines[0].get_xdata()) == [2, 3] and list(held.lines[0].get_ydata()) == [0.25, 0.5]
+
+
+def test_dashboard_shows_the_group_diversity_where_no_entropy_is_logged():
+    """Unsloth's trainer logs no entropy: the panel then holds the group diversity alone, and says so."""
+    rows = [dict(r, **{"diversity/distinct": 1.0 - 0.2 * r["step"], "diversity/overlap": 0.3 * r["step"]})
+            for r in ROWS]
+    ax = dashboard_figure(rows, window=2).axes[2]
+    assert ax.get_title() == "Group diversity (no entropy logged)"
+    assert _labels(ax) == ["different completions in a group (share)", "words a group's completions share"]
+    assert list(ax.lines[0].get_ydata()) == pytest.approx([0.8, 0.6, 0.4])  # raw, then smoothed, per series
+    both = dashboard_figure([dict(r, entropy=0.5) for r in rows], window=2).axes[2]
+    assert both.get_title() == "Entropy and group diversity" and len(_labels(both)) == 3
 
 
 def test_dashboard_names_warnings_in_its_title():
@@ -72,6 +85,9 @@ def test_dashboard_names_warnings_in_its_title():
 def test_dashboard_shows_kl_when_logged():
     fig = dashboard_figure([dict(r, kl=0.01 * r["step"]) for r in ROWS])
     assert fig.axes[5].get_title() == "KL (beta > 0)" and _labels(fig.axes[5]) == ["KL to the reference"]
+    # Unsloth's trainer logs kl 0.0 at every step with beta = 0 (rl_replacements.py:3270-3276): the loss, then
+    fig = dashboard_figure([dict(r, kl=0.0) for r in ROWS])
+    assert fig.axes[5].get_title() == "Loss (not a progress measure in GRPO)" and _labels(fig.axes[5]) == ["loss"]
 
 
 def test_dashboard_copes_with_missing_and_null_values():

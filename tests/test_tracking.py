@@ -129,8 +129,37 @@ def test_a_course_run_lands_in_trackio_with_held_out_accuracy(tmp_path_factory):
     run = Path(out["run"])
     assert out["runs"] == ["arithmetic-dapo-seed3407"]
     assert {"train/reward", "train/entropy", "train/frac_reward_zero_std", "eval/accuracy"} <= set(out["keys"])
-    assert out["callbacks"][-1] == "TrackioCallback" and out["callbacks"].index("HeldOutCallback") < len(out["callbacks"]) - 1
+    assert out["callbacks"][-1] == "TrackioStepCallback" and out["callbacks"].index("HeldOutCallback") < len(out["callbacks"]) - 1
+    assert out["callbacks"].index("GroupDiversityCallback") < out["callbacks"].index("WatchCallback")
+    assert "train/diversity/distinct" in out["keys"]
     assert (run / "trackio" / "grpo-course.db").is_file()
+
+
+@pytest.mark.slow
+def test_every_point_a_course_run_logs_in_trackio_carries_its_training_step(tmp_path_factory):
+    """trackio numbers log calls where none gives a step, and TRL makes two a step (the metrics, its completion
+    table): a course run stopped near step 24 had its held-out curve end at trackio step 40. Read back from the
+    shared 2-step run's own SQLite file: the metrics, the held-out slice, the group diversity and the completion
+    table of each training step sit at that step. TRL's own timings (``profiling/...``) carry the step it passes,
+    ``global_step`` while the step runs, so the one before (trl/extras/profiling.py:166)."""
+    run = Path(smoke_run(tmp_path_factory)["run"])
+    out = fresh("""
+        import json
+        from trackio.sqlite_storage import SQLiteStorage
+        logs = SQLiteStorage.get_logs("grpo-course", "arithmetic-dapo-seed3407")
+        print(json.dumps([{"step": row["step"], "keys": sorted(k for k in row if k not in ("step", "timestamp"))}
+                          for row in logs]))""", env={"TRACKIO_DIR": str(run / "trackio")})
+    logged = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert logged == [1, 2]
+    metrics = [row for row in out if "train/reward" in row["keys"]]
+    assert [row["step"] for row in metrics] == logged
+    for row in metrics:
+        assert {"train/global_step", "eval/accuracy", "train/diversity/distinct"} <= set(row["keys"])
+    tables = [row["step"] for row in out if "completions" in row["keys"]]
+    assert tables[:2] == logged and set(tables) == set(logged)  # TRL's table (the run's end logs it once more)
+    timings = {row["step"] for row in out if all(k.startswith("profiling/") for k in row["keys"])}
+    assert timings == {0, 1}
+    assert max(row["step"] for row in out) == 2  # trackio's step never runs ahead of training's
 
 
 # --------------------------------------------------------------------------- the dashboard stays private

@@ -1,11 +1,12 @@
-"""helpers.watch: the named warnings on logged histories (real stored runs and hand-made ones). The callbacks that
-raise them while training are tested in test_callbacks.py."""
+"""helpers.watch: the named warnings on logged histories (real stored runs and hand-made ones), and the group
+diversity measured on real completions. The callbacks that raise them while training are tested in
+test_callbacks.py."""
 
 import json
 from pathlib import Path
 
 import pytest
-from helpers.watch import FIXES, RunWarning, diagnose, watch_every
+from helpers.watch import DISTINCT, FIXES, OVERLAP, RunWarning, diagnose, group_diversity, watch_every
 
 MEASURED = Path(__file__).resolve().parents[1] / "bench" / "measured"
 
@@ -99,7 +100,8 @@ def test_missing_and_odd_values_are_skipped():
 def test_every_warning_has_a_fix_and_prints_both():
     warning = RunWarning("no-reward-spread", 3, "seen", FIXES["no-reward-spread"])
     assert str(warning).startswith("[no-reward-spread] step 3: seen -> every completion")
-    assert set(FIXES) == {"entropy-collapse", "no-reward-spread", "all-truncated", "heldout-falling"}
+    assert set(FIXES) == {"entropy-collapse", "diversity-collapse", "no-reward-spread", "all-truncated",
+                          "heldout-falling"}
 
 
 def test_watch_every_spreads_the_evaluations_over_the_run():
@@ -256,16 +258,126 @@ def test_a_run_grpo_made_worse_is_named_and_a_steady_run_raises_nothing():
                                       for h in run["history"]]) == ["entropy-collapse"], label
 
 
-def test_the_callbacks_are_helpers_callbacks_own_and_load_no_torch_here():
-    """helpers.watch stays light (its callbacks subclass TrainerCallback, in helpers.callbacks); the old names work."""
+# --------------------------------------------------------------------------- the group diversity
+
+
+def test_group_diversity_of_hand_made_groups():
+    assert group_diversity(["a b", "a b", "a b"], group_size=3) == {DISTINCT: 0.3333, OVERLAP: 1.0}  # rounded
+    assert group_diversity(["x", "y z"], 2) == {DISTINCT: 1.0, OVERLAP: 0.0}
+    # groups by position, as TRL orders them; a last group of one says nothing and is left out
+    assert group_diversity(["a", "a", "b", "c", "d"], 2) == {DISTINCT: 0.75, OVERLAP: 0.5}
+    assert group_diversity(["a"], 2) == {} and group_diversity([], 8) == {}
+    # whitespace around a completion is not a difference; two empty ones are alike
+    assert group_diversity([" 4\n", "4", "", " "], group_size=2) == {DISTINCT: 0.5, OVERLAP: 1.0}
+
+
+def test_diversity_collapse_is_named_when_the_groups_completions_become_copies():
+    overlap = [0.3, 0.35, 0.3, 0.5, 0.7, 0.9, 0.97, 0.98, 0.99, 1.0]
+    alike = [0.0, 0.0, 0.5, 0.5, 0.5, 1.0, 1.0, 1.0, 1.0, 1.0]
+    rows = [{k: v for k, v in r.items() if k != "entropy"}  # Unsloth's trainer: no entropy logged
+            for r in history(10, frac_reward_zero_std=alike, **{OVERLAP: overlap})]
+    found = diagnose(rows)
+    # step 7: the median difference (1 - overlap) of steps 5-7 is 0.1, below 0.3 x the first steps' 0.7
+    assert [(w.name, w.step) for w in found] == [("diversity-collapse", 7), ("no-reward-spread", 9)]
+    assert "share 90% of their words, up from 30%" in found[0].seen
+    # the same with the groups still scoring differently is not a collapse; nor is it with the slice at its best
+    assert names(history(10, frac_reward_zero_std=0.25, **{OVERLAP: overlap})) == []
+    rising = [None, None, 0.3, None, None, 0.5, None, None, 0.7, None]
+    assert names(history(10, frac_reward_zero_std=alike, eval_accuracy=rising, **{OVERLAP: overlap})) == [
+        "no-reward-spread"]
+
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def diversity_run(label):
+    """A real cpu-demo run with its completions (tests/fixtures/group_diversity_run.py wrote it: the command, commit,
+    date and CPU are in the file)."""
+    path = FIXTURES / f"group_diversity_{label}.json"
+    if not path.is_file():
+        pytest.fail(f"{path} is missing: run the command its docstring gives (tests/fixtures/group_diversity_run.py)")
+    return json.loads(path.read_text())
+
+
+@pytest.mark.parametrize("label", ["collapse", "lr2e3", "recipe"])
+def test_the_logged_diversity_is_the_one_of_the_completions_trl_logged(label):
+    """What GroupDiversityCallback logged at each step, from the completions the trainer held, is what the completion
+    log TRL wrote from the same completions gives."""
+    run = diversity_run(label)
+    logged = {h["step"]: (h[DISTINCT], h[OVERLAP]) for h in run["history"]}
+    assert sorted(logged) == [c["step"] for c in run["completions"]] == list(range(1, run["recipe"]["max_steps"] + 1))
+    size = run["recipe"]["num_generations"]
+    for step in run["completions"]:
+        texts = [text for group in step["groups"] for text in group]
+        assert all(len(group) == size for group in step["groups"])
+        measured = group_diversity(texts, group_size=size)
+        assert (measured[DISTINCT], measured[OVERLAP]) == pytest.approx(logged[step["step"]], abs=1e-4)
+
+
+def without_entropy(history):
+    """A history as Unsloth's trainer logs it: no entropy."""
+    return [{k: v for k, v in h.items() if k != "entropy"} for h in history]
+
+
+def test_a_real_collapse_is_named_from_its_completions_alone_at_the_step_the_entropy_names_it():
+    """Learning rate 1e-3 on cpu-demo (10 times the recipe's), seed 3407: by step 9 every completion of a group was
+    the same text (``10 ... <answer> 10``), the reward sat at the format rewards alone (0.75) and the held-out slice
+    read 0%. Without the entropy (Unsloth's trainer) the watch names it at the same step as with it (TRL's)."""
+    run = diversity_run("collapse")
+    assert run["recipe"]["learning_rate"] == 1e-3
+    steps = {w.name: w.step for w in diagnose(run["history"])}
+    assert steps == {"entropy-collapse": 7, "diversity-collapse": 7, "no-reward-spread": 10}
+    assert printed(run) == ["entropy-collapse", "diversity-collapse", "no-reward-spread"]  # what it printed, live
+    alone = {w.name: w.step for w in diagnose(without_entropy(run["history"]))}
+    assert alone == {"diversity-collapse": 7, "no-reward-spread": 10}
+    overlap = [h[OVERLAP] for h in run["history"]]
+    assert max(overlap[:2]) < 0.5 and min(overlap[-4:]) > 0.85  # 0.39 at the first step, 0.86 to 1 at the last four
+    assert [m["accuracy"] for _, m in run["heldout_curve"]] == [0.0] * 5
+    assert all(h["reward"] == 0.75 for h in run["history"][-4:])  # the format rewards alone: 0.25 + 0.5
+
+
+def test_a_run_destroyed_with_varied_completions_is_no_collapse_and_the_watch_cannot_name_it():
+    """Learning rate 2e-3: the model kept the format and lost the sums (held-out slice 0% from its first reading, at
+    step 2), its completions all different and its entropy rising (0.59 to 1.48): not a collapse, so neither collapse
+    rule fires, and with no fall of the slice to see, nothing is named. What the watch cannot see, said plainly."""
+    run = diversity_run("lr2e3")
+    history = run["history"]
+    assert max(h["entropy"] for h in history) > 2 * history[0]["entropy"]
+    assert min(h[DISTINCT] for h in history[3:]) == 1.0
+    assert names(history) == [] == names(without_entropy(history))
+    assert [m["accuracy"] for _, m in run["heldout_curve"]] == [0.0] * 4
+
+
+def test_the_recipe_raises_no_diversity_warning():
+    """The course's recipe (learning rate 1e-4), seed 3407, its first 12 steps (of 30; the held-out slice of 16 read
+    50%, 56%, 62%, 50%): nothing named, with the entropy or without it."""
+    run = diversity_run("recipe")
+    assert run["recipe"]["learning_rate"] == 1e-4
+    assert names(run["history"]) == [] == names(without_entropy(run["history"]))
+    assert printed(run) == []
+
+
+def test_watch_and_callbacks_do_not_import_each_other_and_the_watch_loads_no_torch():
+    """helpers.callbacks imports helpers.watch, never the other way (issue 52): no import of the callbacks in
+    helpers/watch.py, no re-export, and no user left importing a callback from helpers.watch."""
+    import ast
+    import re
     import subprocess
     import sys
-    import helpers.callbacks as callbacks
     import helpers.watch as watch
 
-    assert watch.WatchCallback is callbacks.WatchCallback and watch.HeldOutCallback is callbacks.HeldOutCallback
-    with pytest.raises(AttributeError, match="no attribute 'Missing'"):
-        watch.Missing  # noqa: B018
+    root = MEASURED.parents[1]
+    tree = ast.parse((root / "helpers" / "watch.py").read_text())
+    imported = {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)} | {
+        alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    assert not {m for m in imported if "callbacks" in m or "transformers" in m or "torch" in m}, imported
+    assert not hasattr(watch, "WatchCallback") and not hasattr(watch, "HeldOutCallback")
+    old = re.compile(r"from helpers\.watch import[^\n]*(WatchCallback|HeldOutCallback)")
+    users = [str(path.relative_to(root)) for folder in ("helpers", "notebooks", "tests", "bench", "tools", "docs",
+                                                         "examples")
+             for path in (root / folder).rglob("*") if path.suffix in (".py", ".ipynb", ".md")
+             and old.search(path.read_text(errors="replace").replace('\\n', "\n"))]
+    assert users == []
     loaded = subprocess.run([sys.executable, "-c", "import sys, helpers.watch; print('torch' in sys.modules)"],
-                            capture_output=True, text=True, check=True, cwd=MEASURED.parents[1]).stdout.strip()
+                            capture_output=True, text=True, check=True, cwd=root).stdout.strip()
     assert loaded == "False"

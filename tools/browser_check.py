@@ -19,10 +19,11 @@ do nothing) and checks that the shown step follows.
 
 A third check, ``trackio``, opens trackio's own dashboard (``trackio.show``, served from the course venv,
 offline) on a project of course runs and checks that it lists every run and draws each run's curve in the
-plots the course watches (``TRACKIO_METRICS``): it reads the plot's canvas for the run's colour. By default
-the project is built in a temporary folder by transformers' ``TrackioCallback`` itself, fed the per-step
-logs of stored real runs (``TRACKIO_DEMO_RUNS``, from bench/measured/); ``--trackio-dir RUN/trackio`` opens a
-real run folder's project instead (``make course`` leaves one in its run folder). Screenshots before and after each interaction go
+plots the course watches (``TRACKIO_METRICS``, its task's headline, and ``TRACKIO_WHERE_LOGGED`` where the run logged
+them: :func:`expected_plots`): it reads the plot's canvas for the run's colour. By default
+the project is built in a temporary folder by transformers' ``TrackioCallback`` (the course's subclass, which logs at
+the training step), fed the per-step logs of stored real runs (``TRACKIO_DEMO_RUNS``, from bench/measured/);
+``--trackio-dir RUN/trackio`` opens a real run folder's project instead (``make course`` leaves one in its run folder). Screenshots before and after each interaction go
 to ``.cache/browser-check/``. Needs Debian's ``chromium`` and ``chromium-driver`` (or Chrome and a
 matching chromedriver on PATH). Servers listen on 127.0.0.1 only, on free ports, with no token, and are
 stopped with their kernels and the browser when the check ends, also on failure. Exits 1 if a check
@@ -503,9 +504,10 @@ def run_frontend(frontend: str, server_python: str, kernel_path: list[Path], tim
 
 # ----------------------------------------------------------------------------------- trackio's dashboard
 
-#: The plots the check looks for each run's curve in (notebook 03's "what to watch").
-TRACKIO_METRICS = ["train/reward", "eval/accuracy", "train/entropy", "train/frac_reward_zero_std",
-                   "train/completions/mean_length"]
+#: The plots the check looks for every run's curve in (notebook 03's "what to watch"); and its task's headline.
+TRACKIO_METRICS = ["train/reward", "train/frac_reward_zero_std", "train/completions/mean_length"]
+#: Plots a run draws where its trainer logged them: TRL's entropy (Unsloth's trainer logs none), the group diversity.
+TRACKIO_WHERE_LOGGED = ["train/entropy", "train/diversity/distinct"]
 #: Stored real runs whose per-step logs (a "history" list) make the default project: (bench JSON, path to the run).
 TRACKIO_DEMO_RUNS = [("learning_seeds_cpu_demo.json", "runs.seed=3407"), ("learning_seeds_cpu_demo.json", "runs.seed=1"),
                      ("history_lr1e3.json", "")]
@@ -539,15 +541,54 @@ def demo_runs(measured: Path = ROOT / "bench" / "measured") -> list[dict[str, An
     return runs
 
 
+def headline_plot(run: str) -> str:
+    """``eval/<headline>``: the plot of the held-out metric of the task a course run is named after.
+
+    The name is ``<task>-<loss type>-seed<N>[-<folder>]`` (:func:`helpers.tracking.run_name_for`); the task (a
+    built-in key or ``module:Class``) names its headline metric (``Task.headline``: ``accuracy``, ``exact_match``).
+
+    Example:
+        >>> headline_plot("json-dapo-seed3407"), headline_plot("arithmetic-grpo-seed1-loss-grpo")
+        ('eval/exact_match', 'eval/accuracy')
+    """
+    from helpers.tasks import get_task
+    found = re.match(r"(?P<task>.+?)-[a-z_]+-seed\d+(?:-|$)", run)
+    if not found:
+        raise CheckError(f"run {run!r} is not named as the course names runs (<task>-<loss type>-seed<N>): its task, "
+                         "so its headline metric, is unknown")
+    return f"eval/{get_task(found['task']).headline}"
+
+
+def logged_names(history: list[dict[str, Any]]) -> list[str]:
+    """The names trackio files a per-step history under: ``eval_x`` as ``eval/x``, the rest under ``train/``."""
+    from transformers.integrations.integration_utils import rewrite_logs
+    return sorted({k for entry in history for k in rewrite_logs({k: v for k, v in entry.items() if k != "step"})})
+
+
+def expected_plots(logged: dict[str, list[str]]) -> dict[str, list[str]]:
+    """Each plot the check reads, with the runs that must draw a curve in it: every run in ``TRACKIO_METRICS`` and
+    its own task's headline (logged or not: missing is a failure), and in ``TRACKIO_WHERE_LOGGED`` where it logged
+    them. ``logged``: each run's metric names."""
+    plots: dict[str, list[str]] = {metric: list(logged) for metric in TRACKIO_METRICS}
+    for run in logged:
+        plots.setdefault(headline_plot(run), []).append(run)
+    for metric in TRACKIO_WHERE_LOGGED:
+        if shown := [run for run, names in logged.items() if metric in names]:
+            plots[metric] = shown
+    return plots
+
+
 def build_project(runs: list[dict[str, Any]], project: str) -> None:
-    """Log each run's per-step history through transformers' own ``TrackioCallback`` (TRACKIO_DIR set by the caller)."""
+    """Log each run's per-step history as a course run logs it: through transformers' ``TrackioCallback``, as the
+    course's :class:`helpers.callbacks.TrackioStepCallback` (at the training step). TRACKIO_DIR set by the caller."""
     from transformers import TrainerControl, TrainerState, TrainingArguments
-    from transformers.integrations import TrackioCallback
+
+    from helpers.callbacks import TrackioStepCallback
 
     for run in runs:
         args = TrainingArguments(output_dir=tempfile.mkdtemp(), report_to="trackio", project=project,
                                  run_name=run["name"], trackio_static_space_id=False, use_cpu=True)
-        state, control, callback = TrainerState(), TrainerControl(), TrackioCallback()
+        state, control, callback = TrainerState(), TrainerControl(), TrackioStepCallback()
         callback.on_train_begin(args, state, control)
         for entry in run["history"]:
             state.global_step = int(entry["step"])
@@ -597,11 +638,12 @@ return counts;
 MIN_CURVE_PIXELS = 80
 
 
-def check_trackio(driver: Any, url: str, runs: list[str], timeout: float) -> dict[str, Any]:
-    """The dashboard lists every run, and each watched plot holds a line of each run's colour."""
+def check_trackio(driver: Any, url: str, plots: dict[str, list[str]], timeout: float) -> dict[str, Any]:
+    """The dashboard lists every run, and each watched plot holds a line of the colour of each run ``plots`` names."""
     from selenium.webdriver.common.by import By
 
     shots: list[str] = []
+    runs = list(dict.fromkeys(run for names in plots.values() for run in names))
     driver.get(url)
     listed = wait_for("every run in the sidebar", lambda: (lambda names: names if set(runs) <= set(names) else None)(
         [e.get_attribute("title") for e in driver.find_elements(By.CSS_SELECTOR, ".run-name")]), timeout)
@@ -613,24 +655,24 @@ def check_trackio(driver: Any, url: str, runs: list[str], timeout: float) -> dic
     driver.save_screenshot(str(SHOTS / "trackio-dashboard.png"))
     shots.append(str((SHOTS / "trackio-dashboard.png").relative_to(ROOT)))
     curves: dict[str, dict[str, int]] = {}
-    for metric in TRACKIO_METRICS:
-        counts = wait_for(f"the {metric} plot drawn", lambda: (lambda c: c if c and all(
+    for metric, drawn in plots.items():
+        counts = wait_for(f"the {metric} plot drawn for {', '.join(drawn)}", lambda: (lambda c: c if c and all(
             n >= MIN_CURVE_PIXELS for n in c) else None)(driver.execute_script(CURVE_JS, metric,
-                                                                             [colours[r] for r in runs])),
+                                                                             [colours[r] for r in drawn])),
                           timeout=min(timeout, 60))
-        curves[metric] = dict(zip(runs, counts))
+        curves[metric] = dict(zip(drawn, counts))
         box = driver.find_element(By.CSS_SELECTOR, f'.plot-container[data-metric="{metric}"]')
         _shot(driver, box, f"trackio-{metric.replace('/', '-')}", shots)
     return {"checks": {"runs_listed": set(runs) <= set(listed),
                        **{f"curves:{m}": all(n >= MIN_CURVE_PIXELS for n in c.values()) for m, c in curves.items()}},
-            "runs": runs, "curve_pixels": curves, "screenshots": shots}
+            "runs": runs, "plots": plots, "curve_pixels": curves, "screenshots": shots}
 
 
-def project_runs(python: str, folder: Path, project: str) -> list[str]:
-    """The run names a trackio folder's project holds (read with trackio's own storage class)."""
+def project_metrics(python: str, folder: Path, project: str) -> dict[str, list[str]]:
+    """Each run of a trackio folder's project with the metric names it logged (read with trackio's own storage)."""
     code = ("import os, sys, json; os.environ['TRACKIO_DIR'] = sys.argv[1]\n"
-            "from trackio.sqlite_storage import SQLiteStorage\n"
-            "print(json.dumps(SQLiteStorage.get_runs(sys.argv[2])))")
+            "from trackio.sqlite_storage import SQLiteStorage as S\n"
+            "print(json.dumps({r: S.get_all_metrics_for_run(sys.argv[2], r) for r in S.get_runs(sys.argv[2])}))")
     return json.loads(_run([python, "-c", code, str(folder), project]).strip().splitlines()[-1])
 
 
@@ -646,16 +688,17 @@ def run_trackio(python: str, folder: Path | None, timeout: float) -> dict[str, A
         result["project"] = f"{project} in {'a temporary folder (stored runs)' if demo else where}"
         try:
             if demo:
-                runs = [r["name"] for r in demo_runs()]
-                if len(runs) < 2:
+                logged = {r["name"]: logged_names(r["history"]) for r in demo_runs()}
+                if len(logged) < 2:
                     raise CheckError(f"fewer than two stored runs with a per-step history among {TRACKIO_DEMO_RUNS}")
                 result["sources"] = [r["source"] for r in demo_runs()]
             else:
-                runs = project_runs(python, where, project)
-                if not runs:
+                logged = project_metrics(python, where, project)
+                if not logged:
                     raise CheckError(f"no run in trackio project {project!r} under {where}")
+            plots = expected_plots(logged)
             with trackio_server(python, where, project, demo, workdir) as url, chromium() as driver:
-                _checked(result, driver, "trackio", lambda: check_trackio(driver, url, runs, timeout))
+                _checked(result, driver, "trackio", lambda: check_trackio(driver, url, plots, timeout))
         except Exception as exc:  # noqa: BLE001  (reported in the JSON, exit code 1 or 2)
             _failed(result, exc, workdir)
     return _finished(result, t0)
