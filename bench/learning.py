@@ -3,6 +3,7 @@
     python bench/learning.py [--task arithmetic|json|module:Class] [--profile cpu-demo] [--eval-rows 200]
                              [--passk-prompts 50] [--passk-n 8] [--threads N] [--precision auto|fp32|bf16]
                              [--skip-base] [--set key=value ...] [--config key=value ...] [--rewards NAME ...]
+                             [--preflight-groups 8]
 
 Trains the bundled model with notebook 03's recipe through its save point (``helpers.training``: the
 task's format-only warm-up on an easier level, then ``GRPOTrainer``, watched as notebook 03 watches it: a
@@ -10,13 +11,16 @@ held-out slice scored every few steps, the named warnings, trackio in the run fo
 held-out rows (greedy, the profile's completion length, the prompts rendered as in training) three times: the
 base model (unless ``--skip-base``: it scores 0% on both tasks), after the warm-up and after GRPO, with the
 task's own metrics. Then pass@k: ``--passk-n`` samples (temperature 1) for each of the first ``--passk-prompts``
-held-out rows, on each side, with the unbiased estimator (``helpers.evaluation.pass_at_k``). Prints ONE JSON
-object:
+held-out rows, on each side, with the unbiased estimator (``helpers.evaluation.pass_at_k``). Before GRPO, on the
+model as it will train, notebook 03's pre-flight (``helpers.readiness.check``, ``--preflight-groups`` training prompts,
+a group each; 0: none): its figures, verdict and seconds are ``readiness``, not counted in the time budget (like the
+evaluations), so the run trains as it would without it. Prints ONE JSON object:
 
     {"task", "headline", "format_metric", "before": {...} | null, "after_warmup": {...} | null, "after": {...},
      "grpo_gain": after - after_warmup on the headline metric, "pass_at_k": {side: {k: value}},
      "train_seconds", "steps", "seconds_per_step", "heldout_curve": [[step, headline, format], ...],
-     "heldout_seconds", "warnings", "selection", "history": [per-step logs], "recipe": {...}, "machine": {...}}
+     "heldout_seconds", "warnings", "selection", "history": [per-step logs], "readiness": {"figures", "verdict",
+     "seconds", "budget_share"} | null, "recipe": {...}, "machine": {...}}
 
 The profile's time budget (6 minutes, at most 30 steps on cpu-demo; the JSON task 15, in groups of 4) covers the
 warm-up and GRPO, the held-out slice scored while training included; the final evaluations are not counted.
@@ -39,6 +43,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 
 def _value(text: str):
@@ -80,6 +85,8 @@ def main() -> int:
     ap.add_argument("--rewards", nargs="+", default=None, metavar="NAME",
                     help="train on only these of the task's rewards, by function name (their weights kept)")
     ap.add_argument("--skip-base", action="store_true", help="do not evaluate the base model (it scores 0%% here)")
+    ap.add_argument("--preflight-groups", type=int, default=8,
+                    help="training prompts the pre-flight samples before GRPO, a group each (0: no pre-flight)")
     args = ap.parse_args()
 
     import torch
@@ -90,6 +97,7 @@ def main() -> int:
     from helpers.profiles import get_model_spec, get_profile
     from helpers.tasks import get_task
     from helpers import training
+    from helpers.readiness import SETTINGS, check
     from helpers.training import run_warmup, train_grpo
 
     if args.threads:
@@ -145,6 +153,19 @@ def main() -> int:
         if profile.warmup_examples:
             warm = run_warmup(model, tok, profile, run)
             paused = measure("after_warmup")
+        readiness = None
+        if args.preflight_groups:  # on the model as GRPO gets it, the training prompts, the config's sampling
+            t = time.time()
+            asked = {k: config_overrides.get(k, getattr(profile, k)) for k in SETTINGS}  # --config wins, as in GRPO
+            report = check(model, tok, profile, run=run, groups=args.preflight_groups,
+                           config=SimpleNamespace(**asked, chat_template_kwargs=kwargs or None),
+                           warmup_seconds=warm and warm["seconds"])
+            seconds = time.time() - t
+            paused += seconds
+            budget = profile.time_budget_minutes and profile.time_budget_minutes * 60
+            readiness = {**report.to_dict(), "seconds": round(seconds, 1),
+                         "budget_share": round(seconds / budget, 4) if budget else None}
+            say(str(report))
         out = train_grpo(profile, run, model=model, tokenizer=tok, resume=False, warmup=False,
                          budget_start=start + paused, live=False,
                          config_overrides=config_overrides)
@@ -171,7 +192,7 @@ def main() -> int:
         "heldout_curve": [[step, m.get(task.headline), m.get(task.format_metric)] for step, m in out["heldout"]],
         "heldout_rows": profile.watch_prompts, "warnings": out["summary"]["warnings"],
         "selection": out["summary"]["selection"],
-        "history": compact_history(logs),
+        "history": compact_history(logs), "readiness": readiness,
         "reward_first_fifth": avg(logs[:fifth], "reward"), "reward_last_fifth": avg(logs[-fifth:], "reward"),
         "frac_reward_zero_std_first_fifth": avg(logs[:fifth], "frac_reward_zero_std"),
         "frac_reward_zero_std_last_fifth": avg(logs[-fifth:], "frac_reward_zero_std"),
