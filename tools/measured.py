@@ -1067,7 +1067,7 @@ def render_readiness() -> list[str]:
               "prompted it, not an independent test.",
               "",
               f"Cost: {seconds[0]:.0f} to {seconds[-1]:.0f} s a pre-flight here, on a machine other jobs loaded "
-              "(a load average of 6 to 7 on its 2 cores)"
+              "(load averages of 6 to 9 on its 2 cores while these ran)"
               + "".join(f"; in the {name} run, {x:.1f} of its own GRPO steps under the same load, "
                         f"{pct(x / 30)} of the recipe's 30" for name, x in own)
               + f" (the bound is 10% of the budget). With only its first 4 groups the first rule's verdict was the "
