@@ -59,7 +59,8 @@ def _pairs(items: list[str]) -> dict:
 
 
 HISTORY_KEYS = ("step", "reward", "reward_std", "frac_reward_zero_std", "entropy", "completions/mean_length",
-                "completions/clipped_ratio", "clip_ratio/region_mean", "loss", "step_time")
+                "completions/clipped_ratio", "clip_ratio/region_mean", "loss", "step_time", "diversity/distinct",
+                "diversity/overlap")
 
 
 def compact_history(logs: list[dict]) -> list[dict]:
