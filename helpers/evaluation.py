@@ -1,6 +1,6 @@
 """Held-out evaluation of any task: every side (base, warm-up, GRPO) sampled from one model with the same settings.
 
-Serves notebooks 03, 04, 05 and 06 (and the held-out callback of every training run).
+Serves notebooks 03, 04, 05, 06 and 08 (and the held-out callback of every training run).
 
 Example:
     >>> round(pass_at_k(n=8, c=2, k=4), 3)

@@ -1,6 +1,6 @@
 """After the install cell: did it upgrade a package the kernel had already imported? Then the session must restart.
 
-Serves cell 1 of every notebook (00-07), the install cell.
+Serves cell 1 of every notebook (00-08), the install cell.
 
 Cell 1 of every notebook notes the installed versions before ``%pip install``; :func:`restart_check` then looks for a
 changed package whose modules were imported before: they stay the old version in memory beside the new files (a

@@ -1,6 +1,6 @@
 """What this machine is: GPU and its compute capability, native bf16, CPU, memory, disk, Colab or Kaggle.
 
-Serves notebooks 00, 03, 05 and 07 (and every profile's defaults).
+Serves notebooks 00, 03, 05, 07 and 08 (and every profile's defaults).
 
 Example:
     >>> native_bf16((7, 5)), native_bf16((8, 0))

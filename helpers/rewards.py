@@ -1,6 +1,6 @@
 """Reward plumbing in TRL's convention: ``f(completions, **columns)`` -> a float or ``None`` each, never raising.
 
-Serves notebooks 02, 04 and 05 (and every task's rewards).
+Serves notebooks 02, 04, 05 and 08 (and every task's rewards).
 
 Example:
     >>> completion_texts(["plain", [{"role": "assistant", "content": "chat"}]])

@@ -1,6 +1,6 @@
 """Where things live (checkout, cache, run folders, data files), and atomic writes a killed process cannot half-do.
 
-Serves every notebook (00-07): the run folder each writes into.
+Serves every notebook (00-08): the run folder each writes into.
 """
 
 from __future__ import annotations

@@ -40,9 +40,14 @@ def test_the_figure_is_drawn_from_the_benchmarks_json():
 
 @pytest.mark.parametrize("profile", ["cpu-smoke", "cpu-demo"])
 def test_cpu_profile_minutes_are_the_measured_ones(profile):
-    measured = load("course")[f"course-{profile.split('-')[1]}"]["minutes"]
-    assert PROFILES[profile].minutes == measured, (
-        f"{profile}.minutes {PROFILES[profile].minutes} != bench/measured/course.json {measured}")
+    """Each notebook's minutes are the course runner's measurement; a notebook not yet measured on a profile is
+    listed in course.json as an estimate, with why, and nowhere else."""
+    record = load("course")[f"course-{profile.split('-')[1]}"]
+    measured, estimated = record["minutes"], record.get("estimated_minutes", {})
+    assert not set(measured) & set(estimated), f"{sorted(set(measured) & set(estimated))} both measured and estimated"
+    assert not estimated or record.get("estimated_why"), "course.json lists estimated minutes without saying why"
+    assert PROFILES[profile].minutes == {**measured, **estimated}, (
+        f"{profile}.minutes {PROFILES[profile].minutes} != bench/measured/course.json {measured} + estimates {estimated}")
 
 
 def test_the_readme_profile_table_adds_up_the_profiles_minutes():
@@ -105,9 +110,11 @@ def test_the_plan_fits_three_hours_and_each_slot_holds_its_notebook():
 
     assert sum(slot for _, slot, _ in PLAN) == 180
     slots = {part: slot for part, slot, _ in PLAN}
-    measured = load("course")["course-demo"]["minutes"]
+    record = load("course")["course-demo"]
+    measured, estimated = record["minutes"], record.get("estimated_minutes", {})
     for notebook in (p.stem for p in course_notebooks()):
-        assert notebook in measured, f"{notebook} is not in bench/measured/course.json: run bench/course.py"
+        assert notebook in measured or (notebook in estimated and notebook in AFTER), (
+            f"{notebook} is not in bench/measured/course.json: run bench/course.py")
         if notebook in AFTER:
             assert notebook not in slots
             continue

@@ -111,7 +111,7 @@ PLAN: list[tuple[str, int, str]] = [
     ("wrap-up", 10, "questions, next steps (the recipe as `trl grpo` config), homework: 03 and 04's exercises"),
 ]
 #: Notebooks for after the workshop (too long for its slots): the guide lists them with their times.
-AFTER = ["05_your_own_task", "06_inside_grpo", "07_grpo_with_tools"]
+AFTER = ["05_your_own_task", "06_inside_grpo", "07_grpo_with_tools", "08_rewards_from_a_model"]
 SIDE = {"before": "base", "after_warmup": "after warm-up", "after": "after GRPO"}
 
 
@@ -1153,10 +1153,14 @@ def render_plan() -> str:
     lines += ["", f"In all: {start // 60} h {start % 60:02d} min in the room; those notebooks run in "
                   f"{sum(demo[p] for p in workshop if p in demo):.1f} min on `cpu-demo` and "
                   f"~{sum(t4[p] for p in workshop if p in t4):g} min on `colab-t4`."]
+    estimated = load("course")["course-demo"].get("estimated_minutes", {})
     for part in AFTER:
         if part in demo and part in t4:
             lines.append(f"After the workshop, as homework: {part} ({demo[part]:.1f} min on `cpu-demo`, "
                          f"~{t4[part]:g} min on `colab-t4`).")
+        elif part in estimated and part in t4:
+            lines.append(f"After the workshop, as homework: {part} (~{estimated[part]:g} min on `cpu-demo`, not "
+                         f"measured yet, and ~{t4[part]:g} min on `colab-t4`).")
     lines.append(PLAN_END)
     return "\n".join(lines)
 

@@ -1,6 +1,6 @@
 """The task interface :class:`Task`: subclass it, and ``get_profile(task="my_module:MyTask")`` runs the course on it.
 
-Serves every notebook (00-07): the task a profile names.
+Serves every notebook (00-08): the task a profile names.
 
 Example:
     >>> get_task("arithmetic").score("<reasoning>\\n3 + 4 = 7\\n</reasoning>\\n<answer>\\n7\\n</answer>", {"answer": "7"})

@@ -1,6 +1,6 @@
 """The ``<reasoning>``/``<answer>`` format and its rewards; :func:`answer_matches` is THE rule for a right answer.
 
-Serves notebooks 02, 04 and 05 (and every task in this format).
+Serves notebooks 02, 04, 05 and 08 (and every task in this format).
 
 Example:
     >>> correctness_reward(["7\\n</reasoning>\\n<answer>\\n7\\n</answer>", "<answer>8</answer>"], answer=["7", "7"])
