@@ -121,6 +121,9 @@ def main() -> int:
     ap.add_argument("--json", default=None, help="also write the JSON here (e.g. bench/measured/judge.json)")
     ap.add_argument("--agreement", default=None, metavar="RUN", help="only the judge against the verifier, on RUN")
     ap.add_argument("--prompts", type=int, default=100)
+    ap.add_argument("--from-run", default=None, metavar="RUN",
+                    help="read RUN/judge/judge_results.json of a finished run of notebook 08 (tools/course.py run --only 08) "
+                         "instead of running it; its minutes from RUN/summary.json")
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
     if args.agreement:
@@ -138,13 +141,18 @@ def main() -> int:
     from tools.course import execute_notebook
 
     load_start = os.getloadavg()[0]
-    with tempfile.TemporaryDirectory(prefix="bench-judge-") as tmp:
-        run = Path(tmp) / "run"
-        run.mkdir()
-        env = {"COURSE_PROFILE": args.profile, "COURSE_RUN_DIR": str(run), "MPLBACKEND": "Agg",
-               "COURSE_HEADLESS": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-        seconds = execute_notebook(NOTEBOOK, Path(tmp) / NOTEBOOK.name, env, timeout=3600, echo=False)
+    if args.from_run:
+        run = Path(args.from_run)
+        seconds = json.loads((run / "summary.json").read_text())["notebooks"][NOTEBOOK.stem]
         found = json.loads((run / "judge" / "judge_results.json").read_text())
+    else:
+        with tempfile.TemporaryDirectory(prefix="bench-judge-") as tmp:
+            run = Path(tmp) / "run"
+            run.mkdir()
+            env = {"COURSE_PROFILE": args.profile, "COURSE_RUN_DIR": str(run), "MPLBACKEND": "Agg",
+                   "COURSE_HEADLESS": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+            seconds = execute_notebook(NOTEBOOK, Path(tmp) / NOTEBOOK.name, env, timeout=3600, echo=False)
+            found = json.loads((run / "judge" / "judge_results.json").read_text())
     runs = {}
     for name, r in found["runs"].items():
         runs[name] = {"accuracy": r["accuracy"], "judge_score": round(r["judge_score"], 3),

@@ -185,7 +185,7 @@ CPU_DEMO = dataclasses.replace(
     time_budget_minutes=6, fallback_minutes=3, save_steps=10, eval_prompts=100, watch_prompts=32, watch_evals=4,
     minutes={"00_setup": 0.9, "01_dataset_prep": 0.1, "02_reward_lab": 0.3,
              "03_grpo_training": 6.2, "04_merge_and_inference": 2.1, "05_your_own_task": 4.8, "06_inside_grpo": 3.1,
-             "07_grpo_with_tools": 4.8, "08_rewards_from_a_model": 8.0},
+             "07_grpo_with_tools": 4.8, "08_rewards_from_a_model": 7.4},
 )
 #: A free T4: Qwen2.5-1.5B in 4-bit with Unsloth, GSM8K, no warm-up, 8-bit AdamW, DAPO's truncation mask.
 COLAB_T4 = dataclasses.replace(
