@@ -74,7 +74,8 @@ serve: llama
 	$(PY) -m helpers.serve --port $(PORT)
 
 # The fast tier: unit tests and docstring examples; no model loaded, no notebook, no contract environment.
-unit: setup
+# It needs the llama extra too: helpers.judge's tests talk to a real HTTP server with the openai client.
+unit: setup llama
 	COURSE_PROFILE=cpu-smoke HF_HUB_OFFLINE=1 MPLBACKEND=Agg $(PY) -m pytest tests helpers -p no:cacheprovider \
 	  --doctest-modules -m "not slow and not contract"
 
