@@ -99,18 +99,18 @@ bench: setup
 	@for b in bench/*.py; do echo "== $$b" >&2; HF_HUB_OFFLINE=1 MPLBACKEND=Agg $(PY) $$b || exit 1; done
 
 # Ask pip what the install cell would change on Colab's published GPU image (Python 3.13, its own
-# torch build; tools/colab/), without installing anything (~2 minutes, needs PyPI).
+# torch build; dev/colab/), without installing anything (~2 minutes, needs PyPI).
 gpu-pins: setup
-	$(PY) tools/check_gpu_pins.py
+	$(PY) dev/check_gpu_pins.py
 
 # The wheels a lent GPU machine installs offline (docs/gpu-check.md): downloaded from the lock, slimmed,
 # verified, with the sizes against the 64 MiB a call carries. Needs PyPI.
 gpu-wheelhouse: setup
-	$(PY) tools/wheelhouse.py build
+	$(PY) dev/wheelhouse.py build
 
-# The GPU path on this machine's GPU, T4-like (a lent machine runs `python3 tools/gpu_check.py --install --out "$$OUT"`).
+# The GPU path on this machine's GPU, T4-like (a lent machine runs `python3 dev/gpu_check.py --install --out "$$OUT"`).
 gpu-check: setup
-	$(PY) tools/gpu_check.py --out runs/gpu-check
+	$(PY) dev/gpu_check.py --out runs/gpu-check
 
 clean:
 	rm -rf $(VENV) .cache runs

@@ -5,7 +5,7 @@
 What it does, each stage recorded (an error is recorded with its stage and the run goes on):
 
 1. builds a tiny random Qwen2 (2 layers, hidden 256) with the bundled SmolLM2 tokenizer and saves it
-   (``tools.gpu_check.tiny_model``): ``<|im_end|>`` is sampled with p ~ 0.08 a token, so some completions end and
+   (``dev.gpu_check.tiny_model``): ``<|im_end|>`` is sampled with p ~ 0.08 a token, so some completions end and
    some are truncated (a fully random head never ends one);
 2. loads it as notebook 03 does (``helpers.models._load_unsloth``: Unsloth's ``FastLanguageModel``, 4-bit when
    bitsandbytes is there, the profile's LoRA) with the ``colab-t4`` profile;
@@ -39,7 +39,7 @@ for _key, _value in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "UNSLOT
                      "PYTHONWARNINGS": "ignore", "TOKENIZERS_PARALLELISM": "false"}.items():
     os.environ.setdefault(_key, _value)
 
-from tools.gpu_check import jsonable  # noqa: E402 - after ROOT is on the path
+from dev.gpu_check import jsonable  # noqa: E402 - after ROOT is on the path
 
 RESULT: dict[str, Any] = {"errors": {}, "seconds": {}}
 EOS_PROBABILITY = 0.08
@@ -67,8 +67,8 @@ def stage(name: str):
 @stage("build_tiny_model")
 def build_tiny_model(tokenizer_dir: Path, out: Path) -> Path:
     """A random Qwen2 saved in bfloat16 with a tokenizer shaped like Qwen's (pad <|endoftext|>, eos <|im_end|>):
-    ``tools.gpu_check.tiny_model``, which the GPU check (tools/gpu_check.py) builds its models with too."""
-    from tools.gpu_check import tiny_model
+    ``dev.gpu_check.tiny_model``, which the GPU check (dev/gpu_check.py) builds its models with too."""
+    from dev.gpu_check import tiny_model
 
     RESULT["tiny_model"] = tiny_model("qwen2", tokenizer_dir, out, eos_probability=EOS_PROBABILITY)
     return out

@@ -3,12 +3,12 @@
     python bench/t4_memory.py [--out bench/measured/t4_memory.json]
 
 No GPU and no weights: each model of the ``colab-t4`` registry is built from its real ``config.json``
-(``tools/model_configs/``, where each came from in ``sources.json``) on PyTorch's meta device
+(``dev/model_configs/``, where each came from in ``sources.json``) on PyTorch's meta device
 (``accelerate.init_empty_weights``), so its parameters are counted exactly, layer by layer. The memory of each stage
 is then *computed*, not measured, from what the course's GPU path holds at that point (``colab-t4``'s recipe: 4-bit
 base, LoRA at the profile's rank, 8-bit AdamW, gradient checkpointing, the profile's batch and lengths). What is
 counted, and how, is written into the JSON beside the figures (``counted``, ``not_counted``). The GPU check
-(``tools/gpu_check.py --real``, docs/gpu-check.md) measures the same stages when a GPU is lent.
+(``dev/gpu_check.py --real``, docs/gpu-check.md) measures the same stages when a GPU is lent.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-from tools.model_configs import CONFIGS, MODELS, load_config  # noqa: E402 - after ROOT is on the path
+from dev.model_configs import CONFIGS, MODELS, load_config  # noqa: E402 - after ROOT is on the path
 
 GIB = 1024**3
 T4_GIB = 15.0                     # a T4's 15,360 MiB, as Colab shows it (the GPU check's cap)
@@ -134,7 +134,7 @@ def estimate(key: str, completion_length: int | None = None, profile: Any = None
         "verify_04": parts["base_weights"] + 2 * parts["lora_weights"] + 2 * parts["full_precision_copy"],
     }
     gib = lambda v: round(v / GIB, 2)  # noqa: E731
-    return {"hf_id": spec.hf_id, "config": f"tools/model_configs/{key}.json", "dtype_on_t4": "float32" if fp32
+    return {"hf_id": spec.hf_id, "config": f"dev/model_configs/{key}.json", "dtype_on_t4": "float32" if fp32
             else "float16", "parameters": s["parameters"], "quantized_linear_parameters": s["quantized_linear"],
             "kept_parameters": s["kept_16bit"], "tied_head": s["tied_head"], "lora_parameters": lora,
             "shapes": {k: s[k] for k in ("layers", "hidden", "intermediate", "heads", "kv_heads", "head_dim", "vocab")},

@@ -1,4 +1,4 @@
-"""CPU stand-ins for a rehearsal of the GPU check: ``tools/gpu_check.py --native --rehearse tests/gpu_check_cpu.py``.
+"""CPU stand-ins for a rehearsal of the GPU check: ``dev/gpu_check.py --native --rehearse tests/gpu_check_cpu.py``.
 
 Run by ``tests/test_gpu_check.py`` in the contract environment. It checks the check (every cell of notebooks 03 and
 04 runs through it, the readers, the resume, the merge and reload cells), not the GPU path: what needs a GPU is
@@ -93,5 +93,5 @@ def install() -> None:
     unsloth.FastLanguageModel = FastLanguageModel
 
 
-if __name__ == "__gpu_check_rehearsal__":  # run by tools/gpu_check.py --rehearse; importing it does nothing
+if __name__ == "__gpu_check_rehearsal__":  # run by dev/gpu_check.py --rehearse; importing it does nothing
     install()

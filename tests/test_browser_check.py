@@ -1,6 +1,6 @@
-"""tools/browser_check.py's trackio check, its parts that need no browser: the stored runs it shows, and the project
+"""dev/browser_check.py's trackio check, its parts that need no browser: the stored runs it shows, and the project
 transformers' own TrackioCallback builds from them (read back by trackio). The browser part runs as
-`.venv/bin/python tools/browser_check.py --only trackio` (headless Chromium)."""
+`.venv/bin/python dev/browser_check.py --only trackio` (headless Chromium)."""
 
 import json
 import os
@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from tools.browser_check import (ROOT, TRACKIO_DEMO_RUNS, TRACKIO_METRICS, TRACKIO_WHERE_LOGGED, CheckError, _pick,
+from dev.browser_check import (ROOT, TRACKIO_DEMO_RUNS, TRACKIO_METRICS, TRACKIO_WHERE_LOGGED, CheckError, _pick,
                                  demo_runs, expected_plots, headline_plot, logged_names, project_metrics)
 
 
@@ -36,7 +36,7 @@ def test_transformers_trackio_callback_builds_the_project_the_dashboard_reads(tm
         import json, os, sys
         os.environ["TRACKIO_DIR"] = {str(tmp_path)!r}
         sys.path.insert(0, {str(ROOT)!r})
-        from tools.browser_check import build_project, demo_runs
+        from dev.browser_check import build_project, demo_runs
         runs = demo_runs()[:2]
         build_project(runs, "grpo-course")
         from trackio.sqlite_storage import SQLiteStorage
@@ -82,7 +82,7 @@ def test_a_folder_with_two_tasks_runs_is_read_back_with_each_runs_own_headline(t
         import json, os, sys
         os.environ["TRACKIO_DIR"] = {str(tmp_path)!r}
         sys.path.insert(0, {str(ROOT)!r})
-        from tools.browser_check import build_project
+        from dev.browser_check import build_project
         build_project(json.loads(sys.argv[1]), "grpo-course")""")
     proc = subprocess.run([sys.executable, "-c", code, json.dumps([arithmetic, json_run])], capture_output=True,
                           text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})

@@ -1,6 +1,6 @@
 """Contract: the install cell lands on Colab's GPU image as it is (Python 3.13, its own torch build).
 
-pip is asked with ``--dry-run`` (``tools/check_gpu_pins.py``: nothing installed, ~2 minutes, needs PyPI)
+pip is asked with ``--dry-run`` (``dev/check_gpu_pins.py``: nothing installed, ~2 minutes, needs PyPI)
 to resolve the course's ``gpu`` extra against the image's preinstalled packages; the answer is cached
 under ``.cache/`` for the same requirements, image and tool.
 """
@@ -17,8 +17,8 @@ import pytest
 
 pytestmark = pytest.mark.contract
 ROOT = Path(__file__).resolve().parents[1]
-TOOL = ROOT / "tools" / "check_gpu_pins.py"
-FREEZE = ROOT / "tools" / "colab" / "pip-freeze.gpu.txt"
+TOOL = ROOT / "dev" / "check_gpu_pins.py"
+FREEZE = ROOT / "dev" / "colab" / "pip-freeze.gpu.txt"
 SHARED = ROOT.parent / "shared" / "colab" / "pip-freeze.gpu.txt"
 
 

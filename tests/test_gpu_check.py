@@ -1,4 +1,4 @@
-"""tools/gpu_check.py without a GPU: the notebook cells it runs, its tiny models, and the check itself up to the
+"""dev/gpu_check.py without a GPU: the notebook cells it runs, its tiny models, and the check itself up to the
 first CUDA call (in the contract environment, where Unsloth imports on a CPU), so a broken check is caught here."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tools import gpu_check as gc
+from dev import gpu_check as gc
 
 from .contract import contract_python
 
@@ -92,7 +92,7 @@ def make_carry(folder: Path) -> Path:
     files = {"gpucheckdemo/__init__.py": "VALUE = 7\n",
              f"{dist}/METADATA": "Metadata-Version: 2.1\nName: gpucheckdemo\nVersion: 1.0\n",
              f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
-    from tools.wheelhouse import record_hash
+    from dev.wheelhouse import record_hash
     files[f"{dist}/RECORD"] = "".join(f"{n},{record_hash(t.encode())},{len(t)}\n" for n, t in files.items()) \
         + f"{dist}/RECORD,,\n"
     with zipfile.ZipFile(folder / "wheels" / "gpucheckdemo-1.0-py3-none-any.whl", "w") as whl:
@@ -110,7 +110,7 @@ def test_install_and_the_image_requirements(tmp_path):
     checked = gc.image_requirements(carry)
     assert checked["checked"] == 2
     assert len(checked["unmet"]) == 1 and checked["unmet"][0].startswith("numpy>=99 (gpucheckdemo): numpy ")
-    with pytest.raises(FileNotFoundError, match="tools/wheelhouse.py build"):
+    with pytest.raises(FileNotFoundError, match="dev/wheelhouse.py build"):
         gc.install(tmp_path / "nothing", tmp_path / "site2")
 
 
@@ -157,7 +157,7 @@ def test_the_check_runs_on_a_cpu_up_to_the_first_cuda_call(tmp_path):
     env = dict(os.environ, UNSLOTH_ALLOW_CPU="1", HF_HUB_OFFLINE="1", PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
     env.pop("COURSE_PROFILE", None)
     from helpers.models import bundled_model_path
-    cmd = [contract_python(), str(ROOT / "tools" / "gpu_check.py"), "--out", str(tmp_path / "out"), "--work",
+    cmd = [contract_python(), str(ROOT / "dev" / "gpu_check.py"), "--out", str(tmp_path / "out"), "--work",
            str(tmp_path / "work"), "--install", "--carry", str(carry), "--tokenizer", str(bundled_model_path(build=False))]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900, cwd=tmp_path)
     assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -293,7 +293,7 @@ def test_a_cpu_rehearsal_runs_every_cell_of_03_and_04_through_the_check(tmp_path
     env = dict(os.environ, UNSLOTH_ALLOW_CPU="1", UNSLOTH_COMPILE_DISABLE="1", HF_HUB_OFFLINE="1",
                PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
     env.pop("COURSE_PROFILE", None)
-    cmd = [contract_python(), str(ROOT / "tools" / "gpu_check.py"), "--native", "--rehearse",
+    cmd = [contract_python(), str(ROOT / "dev" / "gpu_check.py"), "--native", "--rehearse",
            str(ROOT / "tests" / "gpu_check_cpu.py"), "--models", "qwen2", "--minutes", "6", "--sizes",
            json.dumps(REHEARSAL_SIZES), "--out", str(tmp_path / "out"), "--work", str(tmp_path / "work"),
            "--tokenizer", str(bundled_model_path(build=False))]
@@ -375,7 +375,7 @@ def test_the_real_configs_take_the_standin_tokenizers_ids_and_keep_their_shapes(
     from transformers import AutoTokenizer
 
     from helpers.models import bundled_model_path
-    from tools.model_configs import config_values
+    from dev.model_configs import config_values
 
     published = config_values(key)
     gc.standin_tokenizer(bundled_model_path(), published["vocab_size"], tmp_path)
@@ -480,7 +480,7 @@ def test_the_real_size_check_runs_on_a_cpu_up_to_the_first_cuda_call(tmp_path):
     env = dict(os.environ, UNSLOTH_ALLOW_CPU="1", HF_HUB_OFFLINE="1", PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
     env.pop("COURSE_PROFILE", None)
     from helpers.models import bundled_model_path
-    cmd = [contract_python(), str(ROOT / "tools" / "gpu_check.py"), "--real", "--models", "gemma3-1b", "--out",
+    cmd = [contract_python(), str(ROOT / "dev" / "gpu_check.py"), "--real", "--models", "gemma3-1b", "--out",
            str(tmp_path / "out"), "--work", str(tmp_path / "work"), "--install", "--carry", str(carry),
            "--tokenizer", str(bundled_model_path(build=False))]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900, cwd=tmp_path)

@@ -6,7 +6,7 @@ import pytest
 
 from helpers.profiles import PROFILES
 from helpers.runs import project_root
-from tools.measured import END, START, load, render
+from dev.measured import END, START, load, render
 
 README = project_root() / "README.md"
 
@@ -15,24 +15,24 @@ def test_the_readme_measured_section_is_what_the_benchmarks_printed():
     text = README.read_text()
     assert START in text and END in text, "README.md lost its measured markers"
     section = START + text.split(START, 1)[1].split(END, 1)[0] + END
-    assert section == render(), "README's measured section is stale: run `python tools/measured.py --write`"
+    assert section == render(), "README's measured section is stale: run `python dev/measured.py --write`"
 
 
 def test_docs_measured_is_what_the_benchmarks_printed():
-    from tools.measured import DOC, render_doc
+    from dev.measured import DOC, render_doc
 
-    assert DOC.read_text() == render_doc(), "docs/measured.md is stale: run `python tools/measured.py --write`"
+    assert DOC.read_text() == render_doc(), "docs/measured.md is stale: run `python dev/measured.py --write`"
     assert "(docs/measured.md)" in README.read_text()
 
 
 def test_the_figure_is_drawn_from_the_benchmarks_json():
     """The PNG carries the hash of the data it was drawn from: a figure of older numbers fails here."""
-    from tools.measured import FIGURE, figure_data, figure_hash, png_description
+    from dev.measured import FIGURE, figure_data, figure_hash, png_description
 
-    assert FIGURE.is_file(), "docs/figures/learning.png is missing: run `python tools/measured.py --write`"
+    assert FIGURE.is_file(), "docs/figures/learning.png is missing: run `python dev/measured.py --write`"
     assert FIGURE.stat().st_size < 300_000, "the README's figure should stay small"
     assert png_description() == figure_hash(figure_data()), (
-        "docs/figures/learning.png was drawn from other numbers: run `python tools/measured.py --write`")
+        "docs/figures/learning.png was drawn from other numbers: run `python dev/measured.py --write`")
     data = figure_data()
     assert len(data["runs"]) >= 3 and all(r["end"] >= 0 for r in data["runs"].values())
     assert "(docs/figures/learning.png)" in README.read_text()
@@ -64,7 +64,7 @@ def test_the_readme_profile_table_adds_up_the_profiles_minutes():
 def test_pips_stored_answer_covers_every_pin_of_the_gpu_install():
     """A pin added after `make gpu-pins` last ran (trackio was, issue 50) leaves the Colab list stale: each pinned
     package of the install cell is in the image at its pin, or among what pip said the install adds or upgrades."""
-    from tools.check_gpu_pins import canonical, colab_packages, requirements
+    from dev.check_gpu_pins import canonical, colab_packages, requirements
 
     pins, image = load("gpu_pins"), colab_packages()
     stale = []
@@ -78,17 +78,17 @@ def test_pips_stored_answer_covers_every_pin_of_the_gpu_install():
 
 
 def test_the_colab_section_is_what_pip_answered():
-    from tools.measured import COLAB, COLAB_END, COLAB_START, render_colab
+    from dev.measured import COLAB, COLAB_END, COLAB_START, render_colab
 
     text = COLAB.read_text()
     section = COLAB_START + text.split(COLAB_START, 1)[1].split(COLAB_END, 1)[0] + COLAB_END
-    assert section == render_colab(), f"{COLAB.name}'s Colab section is stale: run `python tools/measured.py --write`"
+    assert section == render_colab(), f"{COLAB.name}'s Colab section is stale: run `python dev/measured.py --write`"
 
 
 # --------------------------------------------------------------------------- the instructor guide
 
 def _guide_section(start: str, end: str) -> str:
-    from tools.measured import INSTRUCTOR
+    from dev.measured import INSTRUCTOR
 
     text = INSTRUCTOR.read_text()
     assert start in text and end in text, f"docs/instructor.md lost its {start} marker"
@@ -96,17 +96,17 @@ def _guide_section(start: str, end: str) -> str:
 
 
 def test_the_instructor_plan_and_room_line_are_what_the_benchmarks_printed():
-    from tools.measured import PLAN_END, PLAN_START, ROOM_END, ROOM_START, render_plan, render_room_line
+    from dev.measured import PLAN_END, PLAN_START, ROOM_END, ROOM_START, render_plan, render_room_line
 
     assert _guide_section(PLAN_START, PLAN_END) == render_plan(), \
-        "docs/instructor.md's plan is stale: run `python tools/measured.py --write`"
+        "docs/instructor.md's plan is stale: run `python dev/measured.py --write`"
     assert _guide_section(ROOM_START, ROOM_END) == render_room_line(), \
-        "docs/instructor.md's room line is stale: run `python tools/measured.py --write`"
+        "docs/instructor.md's room line is stale: run `python dev/measured.py --write`"
 
 
 def test_the_plan_fits_three_hours_and_each_slot_holds_its_notebook():
     from tools.course import course_notebooks
-    from tools.measured import AFTER, PLAN
+    from dev.measured import AFTER, PLAN
 
     assert sum(slot for _, slot, _ in PLAN) == 180
     slots = {part: slot for part, slot, _ in PLAN}
@@ -130,7 +130,7 @@ def test_the_instructor_guide_quotes_only_times_the_profiles_and_plan_support():
     budget (or fallback) or a slot of the plan: a time nobody measured cannot creep in."""
     import re
 
-    from tools.measured import INSTRUCTOR, PLAN, PLAN_END, PLAN_START, ROOM_END, ROOM_START
+    from dev.measured import INSTRUCTOR, PLAN, PLAN_END, PLAN_START, ROOM_END, ROOM_START
 
     text = INSTRUCTOR.read_text()
     for start, end in [(PLAN_START, PLAN_END), (ROOM_START, ROOM_END)]:
@@ -153,10 +153,10 @@ def test_the_notebooks_cite_the_learning_benchmark_as_it_printed():
     """Notebook 00 quotes its step time, notebook 04 its accuracies and format rates."""
     import json
 
-    from tools.measured import pct, rate
+    from dev.measured import pct, rate
 
     def text(name):
-        """The notebook's text as read: its annotations (``<!--bench FILE PATH-->``, tools/quoted.py) left out."""
+        """The notebook's text as read: its annotations (``<!--bench FILE PATH-->``, dev/quoted.py) left out."""
         import re
         cells = json.loads((project_root() / "notebooks" / f"{name}.ipynb").read_text())["cells"]
         return " ".join(re.sub(r"<!--.*?-->", "", " ".join("".join(c["source"]) for c in cells)).split())
@@ -172,7 +172,7 @@ def test_the_notebooks_cite_the_learning_benchmark_as_it_printed():
 def test_the_headline_sweep_is_the_cpu_demo_recipe():
     """The README's seeds ran the profile the course trains: its steps, and every field the sweep set as the
     profile has it (a recipe change without a new sweep fails here)."""
-    from tools.measured import SEEDS
+    from dev.measured import SEEDS
 
     sweep, demo = load(SEEDS), PROFILES["cpu-demo"]
     assert sweep["steps"] == demo.max_steps, f"{SEEDS}.json ran {sweep['steps']} steps; cpu-demo: {demo.max_steps}"
@@ -192,7 +192,7 @@ def test_the_headline_sweep_is_the_cpu_demo_recipe():
 def test_each_seed_was_scored_on_other_seeds_sums_and_its_own_reproduces():
     """The held-out note's cross-scoring: the adapters of the sweep before split_seed, each on another seed's sums,
     the sums it trained on left out; where the sums are its own, it reproduces the sweep's number."""
-    from tools.measured import HELDOUT, OWN_SUMS, SEEDS, heldout_note, sweep_runs
+    from dev.measured import HELDOUT, OWN_SUMS, SEEDS, heldout_note, sweep_runs
 
     own = sweep_runs(load(OWN_SUMS))
     for name in HELDOUT:
@@ -211,7 +211,7 @@ def test_each_seed_was_scored_on_other_seeds_sums_and_its_own_reproduces():
 def test_docs_measured_reports_every_variant_and_says_whether_the_targets_hold():
     """Issue 37: every recipe variant measured is in the table, also those that did not help, and the targets'
     verdict follows the stored seeds (a recipe that misses them cannot be reported as meeting them)."""
-    from tools.measured import BEFORE, MEASURED, SCREENS, SEEDS, TARGETS, differs, render, render_doc, stats, sweep_runs
+    from dev.measured import BEFORE, MEASURED, SCREENS, SEEDS, TARGETS, differs, render, render_doc, stats, sweep_runs
 
     doc = render_doc()
     assert SCREENS, "no recipe variant listed"
@@ -239,7 +239,7 @@ def test_docs_measured_reports_every_variant_and_says_whether_the_targets_hold()
 def test_the_readme_shows_measured_results_only_with_the_seeds_spread_as_what_to_expect():
     """Issue 50, item 7: the README gives a learner what was measured (the recipe's spread over its seeds is what a
     laptop should expect), not the project's internal targets; the variants' row follows the stored sweeps."""
-    from tools.measured import SCREENS, SEEDS, paired_variants, pct, stats, sweep_runs
+    from dev.measured import SCREENS, SEEDS, paired_variants, pct, stats, sweep_runs
 
     readme = render()
     assert "target" not in readme.lower()
@@ -271,7 +271,7 @@ def test_the_learning_bench_refuses_a_reward_the_task_does_not_have():
 def test_the_noise_note_reads_the_seeds_spread_and_a_paired_variant():
     """docs/measured.md says how big a difference a sweep can see: the seeds' spread, the held-out sums' sampling
     error, a variant against the recipe seed by seed, and how far the mean target is in standard errors."""
-    from tools.measured import noise_note
+    from dev.measured import noise_note
 
     def runs(ends):
         return {seed: {"after": end, "split_seed": 3407} for seed, end in zip((1, 2, 3, 4, 5), ends)}

@@ -64,10 +64,10 @@ def test_only_checked_cells_keep_outputs(path):
         if cell.cell_type != "code":
             continue
         if cell.source.lstrip().startswith("# NBVAL_CHECK_OUTPUT"):
-            assert cell.outputs, f"checked cell {i} has no reference output: run tools/clean_notebooks.py --execute"
+            assert cell.outputs, f"checked cell {i} has no reference output: run dev/clean_notebooks.py --execute"
         else:
-            assert not cell.outputs, f"cell {i} has stray outputs: run tools/clean_notebooks.py"
-            assert cell.execution_count is None, f"cell {i}: run tools/clean_notebooks.py"
+            assert not cell.outputs, f"cell {i} has stray outputs: run dev/clean_notebooks.py"
+            assert cell.execution_count is None, f"cell {i}: run dev/clean_notebooks.py"
 
 
 #: A raw float in printed text: many decimals, or an exponent. Rounded values (0.25, 1.453) and verdicts pass.

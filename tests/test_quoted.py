@@ -1,4 +1,4 @@
-"""tools/quoted.py: every number the notebooks and docs quote from a measurement is the one its JSON holds."""
+"""dev/quoted.py: every number the notebooks and docs quote from a measurement is the one its JSON holds."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from tools.quoted import MEASURED, ROOT, QuoteError, check, default_paths, shown_number, sources, value_at
+from dev.quoted import MEASURED, ROOT, QuoteError, check, default_paths, shown_number, sources, value_at
 
 
 @pytest.fixture
@@ -103,7 +103,7 @@ def test_a_paragraph_that_cites_a_measurement_annotates_its_numbers():
                 if not re.match(r"(\*\*|\))?\s*<!--\s*bench\s", paragraph[found.end():found.end() + 20]):
                     missing.append(f"{where}: {paragraph[max(0, found.start() - 40):found.end() + 10]!r}")
     assert not missing, (f"{len(missing)} measured numbers carry no <!--bench FILE PATH--> annotation "
-                         "(tools/quoted.py says how):\n" + "\n".join(missing[:40]))
+                         "(dev/quoted.py says how):\n" + "\n".join(missing[:40]))
 
 
 def test_the_checker_reads_every_notebook_and_doc():

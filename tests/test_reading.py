@@ -1,7 +1,7 @@
-"""tools/reading.py: each notebook's main path (its markdown with every fold closed) reads in a sitting.
+"""dev/reading.py: each notebook's main path (its markdown with every fold closed) reads in a sitting.
 
 Targets (issue 34): <= 1,800 unfolded words for each of notebooks 00-05, <= 2,500 for 06 and later, and notebooks
-00-04 together <= 7,000 (35 minutes at 200 words a minute). `python tools/reading.py` prints the table as you write.
+00-04 together <= 7,000 (35 minutes at 200 words a minute). `python dev/reading.py` prints the table as you write.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import json
 import pytest
 
 from tools.course import course_notebooks
-from tools.reading import (GROUP, GROUP_TARGET, count_words, fold_summaries, markdown_cells, minutes, reading,
+from dev.reading import (GROUP, GROUP_TARGET, count_words, fold_summaries, markdown_cells, minutes, reading,
                            table, target, vague_summary, visible_text)
 
 BOOKS = course_notebooks()

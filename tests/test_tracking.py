@@ -251,7 +251,8 @@ def test_no_course_cell_or_helper_can_start_a_shared_dashboard():
         seen += source.count("trackio.show(")
         bad += _dashboard_calls(source, path.name)
     for path in sorted([*(ROOT / "helpers").rglob("*.py"), *(ROOT / "examples").glob("*.py"),
-                        *(ROOT / "tools").rglob("*.py"), *(ROOT / "bench").glob("*.py")]):
+                        *(ROOT / "tools").rglob("*.py"), *(ROOT / "dev").rglob("*.py"),
+                        *(ROOT / "bench").glob("*.py")]):
         bad += _dashboard_calls(path.read_text(), str(path.relative_to(ROOT)))
     assert seen >= 1, "notebook 03 no longer starts the dashboard: this test checks nothing"
     assert not bad, f"a dashboard started without share=False (on Colab trackio then shares it publicly): {bad}"

@@ -189,7 +189,7 @@ def test_every_stored_run_replayed_step_by_step_warns_live_as_its_whole_history_
 
 def stored_runs():
     """Every stored run of the recipe and its variants (the sweeps docs/measured.md tabulates): (label, run)."""
-    from tools.measured import BEFORE, SCREENS, SEEDS
+    from dev.measured import BEFORE, SCREENS, SEEDS
     return [(f"{file} seed {run['seed']}", run) for file in [SEEDS, BEFORE, *(f for f, _ in SCREENS)]
             for run in stored(f"{file}.json")["runs"]]
 
@@ -227,7 +227,7 @@ def test_a_run_grpo_made_worse_is_named_and_a_steady_run_raises_nothing():
     after), its groups kept differing, and its slice fell once (28% to 16%) and then stayed at 22%, with a reward
     that went up and down. It learned badly, it did not collapse; only a slice read before the first step would
     show it, and the course reads none there (one more evaluation's time)."""
-    from tools.measured import SEEDS
+    from dev.measured import SEEDS
 
     runs = stored_runs()
     worse = [(label, names(run["history"])) for label, run in runs if run["after"] < run["after_warmup"]]
@@ -373,7 +373,7 @@ def test_watch_and_callbacks_do_not_import_each_other_and_the_watch_loads_no_tor
     assert not {m for m in imported if "callbacks" in m or "transformers" in m or "torch" in m}, imported
     assert not hasattr(watch, "WatchCallback") and not hasattr(watch, "HeldOutCallback")
     old = re.compile(r"from helpers\.watch import[^\n]*(WatchCallback|HeldOutCallback)")
-    users = [str(path.relative_to(root)) for folder in ("helpers", "notebooks", "tests", "bench", "tools", "docs",
+    users = [str(path.relative_to(root)) for folder in ("helpers", "notebooks", "tests", "bench", "tools", "dev",
                                                          "examples")
              for path in (root / folder).rglob("*") if path.suffix in (".py", ".ipynb", ".md")
              and old.search(path.read_text(errors="replace").replace('\\n', "\n"))]

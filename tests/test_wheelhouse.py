@@ -1,4 +1,4 @@
-"""tools/wheelhouse.py: the lent GPU machine's wheelhouse, planned from the pins (no download: the lock is committed)."""
+"""dev/wheelhouse.py: the lent GPU machine's wheelhouse, planned from the pins (no download: the lock is committed)."""
 
 from __future__ import annotations
 
@@ -12,15 +12,15 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from tools import wheelhouse as wh
+from dev import wheelhouse as wh
 
 LOCK = wh.read_lock()
 
 
 def test_the_lock_is_made_from_the_current_pins():
     assert wh.stale_pins(LOCK) == [], (
-        "pyproject.toml's pins changed since tools/wheelhouse.lock.json was made: run "
-        "`python tools/wheelhouse.py lock` (needs PyPI) and commit the lock")
+        "pyproject.toml's pins changed since dev/wheelhouse.lock.json was made: run "
+        "`python dev/wheelhouse.py lock` (needs PyPI) and commit the lock")
 
 
 def test_the_file_list_carries_every_pin_the_image_lacks():

@@ -1,8 +1,8 @@
 """Check the course's widgets in real frontends, in headless Chromium, as a learner uses them.
 
-    .venv/bin/python tools/browser_check.py               # both frontends and trackio; prints one JSON object
-    .venv/bin/python tools/browser_check.py --only classic
-    .venv/bin/python tools/browser_check.py --only trackio --trackio-dir runs/<run>/trackio
+    .venv/bin/python dev/browser_check.py               # both frontends and trackio; prints one JSON object
+    .venv/bin/python dev/browser_check.py --only classic
+    .venv/bin/python dev/browser_check.py --only trackio --trackio-dir runs/<run>/trackio
 
 Two frontends, each serving a small generated notebook (``WIDGET_CELLS`` below) with its own kernel:
 
@@ -734,7 +734,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.course_python is None:  # first stage, in the course venv: build the browser venv, continue there
         if Path(sys.prefix).resolve() == BROWSER_VENV.resolve():
-            parser.error("run it with the course venv's Python: .venv/bin/python tools/browser_check.py")
+            parser.error("run it with the course venv's Python: .venv/bin/python dev/browser_check.py")
         browser_python = browser_venv_or_report()
         if browser_python is None:
             return 2

@@ -1,12 +1,12 @@
 """A slim wheelhouse for the lent GPU machine: the course's GPU stack as wheels it installs offline (issue 36).
 
-    python tools/wheelhouse.py lock     # resolve the pins for the machine (needs PyPI) -> tools/wheelhouse.lock.json
-    python tools/wheelhouse.py build    # download the locked wheels, slim, repack, verify (needs PyPI) -> .cache/gpu-carry/
-    python tools/wheelhouse.py verify   # check a built folder again (offline)
-    python tools/wheelhouse.py plan     # the file list the lock gives and what slimming drops (offline)
+    python dev/wheelhouse.py lock     # resolve the pins for the machine (needs PyPI) -> dev/wheelhouse.lock.json
+    python dev/wheelhouse.py build    # download the locked wheels, slim, repack, verify (needs PyPI) -> .cache/gpu-carry/
+    python dev/wheelhouse.py verify   # check a built folder again (offline)
+    python dev/wheelhouse.py plan     # the file list the lock gives and what slimming drops (offline)
 
 The lent machine (docs/gpu-check.md) has Python 3.12, torch 2.11.0+cu130, transformers 5.17.0 and the packages
-of ``tools/gpu_image.txt``, reaches no package index, and a call carries at most 64 MiB (the working tree plus the
+of ``dev/gpu_image.txt``, reaches no package index, and a call carries at most 64 MiB (the working tree plus the
 carried folders). ``lock`` asks pip (``--dry-run --report``: binary wheels for CPython 3.12 on manylinux x86-64)
 to resolve ``[project.dependencies]`` plus the ``gpu`` extra of pyproject.toml with every image package stood in
 by a metadata-only wheel, so nothing the image has is carried:
@@ -56,8 +56,8 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parents[1]
-IMAGE_FILE = ROOT / "tools" / "gpu_image.txt"
-LOCK_FILE = ROOT / "tools" / "wheelhouse.lock.json"
+IMAGE_FILE = ROOT / "dev" / "gpu_image.txt"
+LOCK_FILE = ROOT / "dev" / "wheelhouse.lock.json"
 OUT = ROOT / ".cache" / "gpu-carry"          # ignored (.cache/): carried to the machine as one folder
 DOWNLOADS = ROOT / ".cache" / "wheelhouse-downloads"   # the wheels as published, kept for rebuilds
 MIB = 1024 * 1024
@@ -119,7 +119,7 @@ def pins(pyproject: Path = ROOT / "pyproject.toml") -> list[str]:
 
 
 def image_packages(path: Path = IMAGE_FILE) -> dict[str, str | None]:
-    """``{canonical name: version or None}`` of the machine's image (``tools/gpu_image.txt``).
+    """``{canonical name: version or None}`` of the machine's image (``dev/gpu_image.txt``).
 
     Example:
         >>> image_packages()["torch"], image_packages()["pandas"]
@@ -173,7 +173,7 @@ def stand_in(folder: Path, name: str, version: str) -> Path:
     """A metadata-only wheel of ``name==version`` (no requirements, no files): what the image or a drop provides."""
     base = f"{name.replace('-', '_')}-{version}"
     files = {f"{base}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
-             f"{base}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: tools/wheelhouse.py\nRoot-Is-Purelib: true\n"
+             f"{base}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: dev/wheelhouse.py\nRoot-Is-Purelib: true\n"
                                         "Tag: py3-none-any\n"}
     files[f"{base}.dist-info/RECORD"] = "".join(f"{p},,\n" for p in files) + f"{base}.dist-info/RECORD,,\n"
     path = folder / f"{base}-py3-none-any.whl"
@@ -230,7 +230,7 @@ def from_folder(item: dict, folder: Path) -> bool:
 
 # -------------------------------------------------------------------------------------------------- lock
 def lock(write: bool = True) -> dict[str, Any]:
-    """Resolve the pins for the machine and write ``tools/wheelhouse.lock.json`` (needs PyPI)."""
+    """Resolve the pins for the machine and write ``dev/wheelhouse.lock.json`` (needs PyPI)."""
     roots, image = pins(), image_packages()
     for text in roots:
         req = Requirement(text)
@@ -246,8 +246,8 @@ def lock(write: bool = True) -> dict[str, Any]:
     if not ok:
         raise WheelhouseError(
             f"The pins do not resolve for the GPU machine (Python {PYTHON}, manylinux x86-64, the image of "
-            f"tools/gpu_image.txt). pip said:\n{error[-3000:]}\nChange the pins in pyproject.toml (or "
-            "tools/gpu_image.txt if the image changed) and run `python tools/wheelhouse.py lock` again.")
+            f"dev/gpu_image.txt). pip said:\n{error[-3000:]}\nChange the pins in pyproject.toml (or "
+            "dev/gpu_image.txt if the image changed) and run `python dev/wheelhouse.py lock` again.")
     resolved = {canonicalize_name(i["metadata"]["name"]): i for i in install}
     packages = []
     for name, item in sorted(resolved.items()):
@@ -271,7 +271,7 @@ def lock(write: bool = True) -> dict[str, Any]:
                                 "version these allow: " + "; ".join(asks))
         packages.append(entry)
     packages.sort(key=lambda p: (p["role"], p["name"]))
-    result = {"made_by": "python tools/wheelhouse.py lock", "date": time.strftime("%Y-%m-%d"),
+    result = {"made_by": "python dev/wheelhouse.py lock", "date": time.strftime("%Y-%m-%d"),
               "seconds": round(time.time() - start, 1), "python": PYTHON, "platforms": PLATFORMS,
               "image": str(IMAGE_FILE.relative_to(ROOT)), "pins": roots, "packages": packages}
     if write:
@@ -281,7 +281,7 @@ def lock(write: bool = True) -> dict[str, Any]:
 
 def read_lock(path: Path = LOCK_FILE) -> dict[str, Any]:
     if not path.is_file():
-        raise WheelhouseError(f"No lock at {path}: run `python tools/wheelhouse.py lock` (needs PyPI).")
+        raise WheelhouseError(f"No lock at {path}: run `python dev/wheelhouse.py lock` (needs PyPI).")
     return json.loads(path.read_text())
 
 
@@ -445,7 +445,7 @@ def download(rows: list[dict[str, Any]], folder: Path) -> dict[str, Path]:
     for row in rows:
         path = folder / row["file"]
         if not path.is_file():
-            raise WheelhouseError(f"pip downloaded no {row['file']}; run `python tools/wheelhouse.py lock` again.")
+            raise WheelhouseError(f"pip downloaded no {row['file']}; run `python dev/wheelhouse.py lock` again.")
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
         if row["sha256"] and digest != row["sha256"]:
             path.unlink()
@@ -466,8 +466,8 @@ def build(out: Path = OUT, downloads: Path = DOWNLOADS) -> dict[str, Any]:
     """Download, slim, repack and verify the wheelhouse into ``out`` (``out/wheels``, ``out/tokenizer``)."""
     lock_data = read_lock()
     if stale := stale_pins(lock_data):
-        raise WheelhouseError(f"tools/wheelhouse.lock.json was made from other pins ({', '.join(stale)}): run "
-                              "`python tools/wheelhouse.py lock` (needs PyPI), then build again.")
+        raise WheelhouseError(f"dev/wheelhouse.lock.json was made from other pins ({', '.join(stale)}): run "
+                              "`python dev/wheelhouse.py lock` (needs PyPI), then build again.")
     rows = plan(lock_data)
     sources = download(rows, downloads)
     if out.exists():
@@ -493,7 +493,7 @@ def build(out: Path = OUT, downloads: Path = DOWNLOADS) -> dict[str, Any]:
     for name in TOKENIZER_FILES:
         if (source / name).is_file():
             shutil.copy2(source / name, tok_dir / name)
-    manifest = {"made_by": "python tools/wheelhouse.py build", "date": time.strftime("%Y-%m-%d %H:%M"),
+    manifest = {"made_by": "python dev/wheelhouse.py build", "date": time.strftime("%Y-%m-%d %H:%M"),
                 "lock": str(LOCK_FILE.relative_to(ROOT)), "python": PYTHON, "cuda": CUDA,
                 "tokenizer_from": str(source), "wheels": wheels,
                 "image_requirements": image_requirements(lock_data),
@@ -611,7 +611,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "plan":
             data = read_lock()
             if stale := stale_pins(data):
-                print(f"the lock is stale ({', '.join(stale)}): run `python tools/wheelhouse.py lock`")
+                print(f"the lock is stale ({', '.join(stale)}): run `python dev/wheelhouse.py lock`")
                 return 1
             for row in plan(data):
                 print(f"{row['file']}" + (f"   slim: drop {row['slim']['drop']} keep {row['slim']['keep']}"

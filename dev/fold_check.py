@@ -1,12 +1,12 @@
 """Do the notebooks' folds work in JupyterLab? Open each notebook in headless Chromium and click one.
 
-    .venv/bin/python tools/fold_check.py [NOTEBOOK ...]     # default: every course notebook; prints one JSON object
+    .venv/bin/python dev/fold_check.py [NOTEBOOK ...]     # default: every course notebook; prints one JSON object
 
 For each notebook, JupyterLab 4 (the course venv's) renders it; the check counts the ``<details>`` folds in its
 rendered markdown, asserts every one is closed with its ``<summary>`` showing, clicks the first one and asserts it
 opens and shows rendered markdown inside (a list, a table, code or a paragraph, not raw ``**`` or ``|---|``: markdown
 inside a fold renders only with a blank line after the summary). Screenshots of the fold closed and open go to
-``.cache/browser-check/folds-<notebook>-{closed,open}.png``. Runs no cell. Reuses ``tools/browser_check.py``'s
+``.cache/browser-check/folds-<notebook>-{closed,open}.png``. Runs no cell. Reuses ``dev/browser_check.py``'s
 browser venv, server and headless Chromium; needs Debian's ``chromium`` and ``chromium-driver``. Exits 1 if a check
 fails, 2 if it could not run.
 """
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tools.browser_check import (SHOTS, CheckError, browser_venv_or_report, chromium,  # noqa: E402
+from dev.browser_check import (SHOTS, CheckError, browser_venv_or_report, chromium,  # noqa: E402
                                  jupyter_server, wait_for)
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,7 +11,7 @@ before the comment is compared with the value, scaled: x100 when the number is f
 it must equal the value rounded to the decimals shown. A comment that starts ``<!--bench`` but does not parse is
 reported, never skipped.
 
-    python tools/quoted.py [FILE ...]     # default: every notebook, docs/*.md; exits 1 on a mismatch
+    python dev/quoted.py [FILE ...]     # default: every notebook, docs/*.md; exits 1 on a mismatch
 
 Example:
     >>> value_at({"runs": [{"seed": 1, "after": 0.44}]}, "runs.seed=1.after")

@@ -1,8 +1,8 @@
 """Would the notebooks' install cell land on Colab's GPU image? Ask pip, without installing anything.
 
-    python tools/check_gpu_pins.py [--report out.json] [--extras gpu] [--extras gpu,vllm]
+    python dev/check_gpu_pins.py [--report out.json] [--extras gpu] [--extras gpu,vllm]
 
-Colab's image (``tools/colab/pip-freeze.gpu.txt``: Python 3.13, torch 2.11.0+cu128 with its
+Colab's image (``dev/colab/pip-freeze.gpu.txt``: Python 3.13, torch 2.11.0+cu128 with its
 torchvision and torchaudio, transformers, ipywidgets 7.7.1 ...) already holds torch, torchvision and
 torchaudio built together for its CUDA, and the install cell pins those three to what is installed.
 This asks pip (``--dry-run``, binary wheels only, Python 3.13, Linux x86_64) to resolve the course
@@ -34,7 +34,7 @@ import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-FREEZE = ROOT / "tools" / "colab" / "pip-freeze.gpu.txt"
+FREEZE = ROOT / "dev" / "colab" / "pip-freeze.gpu.txt"
 PYTHON = "3.13"
 PLATFORMS = ["manylinux2014_x86_64"] + [f"manylinux_2_{n}_x86_64" for n in (17, 24, 27, 28, 31, 34, 35)]
 TRIO = ("torch", "torchvision", "torchaudio")
@@ -166,7 +166,7 @@ def check(extras: list[str]) -> dict:
     trio = {k: chosen.get(k, colab[k]) for k in TRIO}
     return {"resolved": True, "asked": time.strftime("%Y-%m-%d", time.gmtime()),  # the index changes: when asked
             "seconds": round(time.time() - start, 1), "python": PYTHON, "extras": extras,
-            "image": "Colab GPU (tools/colab/pip-freeze.gpu.txt)", "released_constraints": released,
+            "image": "Colab GPU (dev/colab/pip-freeze.gpu.txt)", "released_constraints": released,
             "changed": changed, "added": added, "torch_trio": trio,
             "torch_trio_kept": all(trio[k] == colab[k] for k in TRIO),
             "ipywidgets_kept": chosen.get("ipywidgets", colab["ipywidgets"]) == colab["ipywidgets"],

@@ -1,7 +1,7 @@
 """The measured results, written from the benchmarks' own JSON (one source for every number).
 
-    python tools/measured.py            # print the README's block and docs/measured.md
-    python tools/measured.py --write    # rewrite the README's measured block (a figure and a table of headline
+    python dev/measured.py            # print the README's block and docs/measured.md
+    python dev/measured.py --write    # rewrite the README's measured block (a figure and a table of headline
                                         # numbers), docs/measured.md (the whole story) and its figure
                                         # (docs/figures/learning.png), the time rows of the notebooks' intros, the
                                         # README's profile table and the instructor guide's plan
@@ -22,11 +22,11 @@ from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 MEASURED = ROOT / "bench" / "measured"
-START, END = "<!-- measured:start (tools/measured.py --write) -->", "<!-- measured:end -->"
-COLAB_START, COLAB_END = "<!-- colab:start (tools/measured.py --write) -->", "<!-- colab:end -->"
+START, END = "<!-- measured:start (dev/measured.py --write) -->", "<!-- measured:end -->"
+COLAB_START, COLAB_END = "<!-- colab:start (dev/measured.py --write) -->", "<!-- colab:end -->"
 COLAB = ROOT / "docs" / "colab-and-vllm.md"  #: where the Colab block lives
-PLAN_START, PLAN_END = "<!-- plan:start (tools/measured.py --write) -->", "<!-- plan:end -->"
-ROOM_START, ROOM_END = "<!-- roomline:start (tools/measured.py --write) -->", "<!-- roomline:end -->"
+PLAN_START, PLAN_END = "<!-- plan:start (dev/measured.py --write) -->", "<!-- plan:end -->"
+ROOM_START, ROOM_END = "<!-- roomline:start (dev/measured.py --write) -->", "<!-- roomline:end -->"
 INSTRUCTOR = ROOT / "docs" / "instructor.md"
 DOC = ROOT / "docs" / "measured.md"
 FIGURE = ROOT / "docs" / "figures" / "learning.png"
@@ -1101,7 +1101,7 @@ def render_doc() -> str:
     """docs/measured.md: the seeds first, then every other benchmark."""
     return "\n".join([
         "# Measured", "",
-        "<!-- doc:start (tools/measured.py --write, from bench/measured/*.json: edit that script, not this file) -->",
+        "<!-- doc:start (dev/measured.py --write, from bench/measured/*.json: edit that script, not this file) -->",
         "",
         "Every number here is the output of a benchmark on the project's 2-core CPU machine "
         "(`bench/measured/<name>.json` is what `python bench/<name>.py` printed). The README shows the headline "

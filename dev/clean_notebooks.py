@@ -1,7 +1,7 @@
 """Keep notebooks free of stray outputs.
 
-    python tools/clean_notebooks.py notebooks/*.ipynb            # strip outputs
-    python tools/clean_notebooks.py --execute notebooks/02_*.ipynb
+    python dev/clean_notebooks.py notebooks/*.ipynb            # strip outputs
+    python dev/clean_notebooks.py --execute notebooks/02_*.ipynb
 
 Every cell loses its outputs and execution count, except cells whose first line
 is ``# NBVAL_CHECK_OUTPUT``: nbval compares those, so their outputs (and the

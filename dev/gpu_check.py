@@ -2,16 +2,16 @@
 
 On the lent GPU machine, from the repository root, with ``.cache/gpu-carry`` carried (docs/gpu-check.md):
 
-    python3 tools/gpu_check.py --install --out "$OUT"
+    python3 dev/gpu_check.py --install --out "$OUT"
 
 Elsewhere (a GPU workstation with the GPU stack installed, or a CPU, where it stops at the first CUDA call):
 
-    python tools/gpu_check.py [--out DIR] [--models qwen2,gemma3] [--minutes 7.5] [--native]
-    python tools/gpu_check.py store FILE     # keep a result as bench/measured/gpu_check.json
+    python dev/gpu_check.py [--out DIR] [--models qwen2,gemma3] [--minutes 7.5] [--native]
+    python dev/gpu_check.py store FILE     # keep a result as bench/measured/gpu_check.json
 
 What one run does, each step recorded (an error is recorded with its step, and the run goes on where it can):
 
-1. ``--install``: installs the carried wheels (``tools/wheelhouse.py build``) with ``pip install --no-index
+1. ``--install``: installs the carried wheels (``dev/wheelhouse.py build``) with ``pip install --no-index
    --no-deps --target`` beside the image's packages, and checks what they require of the image (versions read
    there, not assumed);
 2. per architecture (a child process each, side by side unless ``--serial``, so one crash cannot take the
@@ -33,7 +33,7 @@ What one run does, each step recorded (an error is recorded with its step, and t
    ``--minutes`` (7.5 by default): a child still running then is stopped and what it recorded is kept.
 
 ``--real`` runs the same notebooks at ``colab-t4``'s real sizes on random-weight models built from the real configs of
-the T4's models (``tools/model_configs/``: Qwen2.5-1.5B, Gemma 3 1B, Qwen2.5-3B, Qwen3-1.7B; a stand-in tokenizer
+the T4's models (``dev/model_configs/``: Qwen2.5-1.5B, Gemma 3 1B, Qwen2.5-3B, Qwen3-1.7B; a stand-in tokenizer
 grown to each model's vocabulary): notebook 03 on a short time budget, then notebook 04, one model after the other,
 with the peak GPU memory of each stage, the step time labelled with the lent GPU's name and the pre-flight's figures
 (``bench/t4_memory.py`` estimates the same stages without a GPU).
@@ -66,7 +66,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[1]
-CARRY = ROOT / ".cache" / "gpu-carry"           # tools/wheelhouse.py build: wheels/, tokenizer/, manifest.json
+CARRY = ROOT / ".cache" / "gpu-carry"           # dev/wheelhouse.py build: wheels/, tokenizer/, manifest.json
 STORED = ROOT / "bench" / "measured" / "gpu_check.json"
 STORED_REAL = ROOT / "bench" / "measured" / "gpu_check_t4_real.json"   # --real: the T4's models at their real size
 NOTEBOOKS = {"03": ROOT / "notebooks" / "03_grpo_training.ipynb", "04": ROOT / "notebooks" / "04_merge_and_inference.ipynb"}
@@ -96,12 +96,12 @@ PATH_MARKERS = {
 #: Cells the check does not run, with the reason.
 SKIP_MARKERS = {
     "03": {"trackio.show(": "starts trackio's dashboard web server, which never returns in a script (the notebook's "
-                            "NBVAL_SKIP cell; tools/browser_check.py checks the dashboard)"},
+                            "NBVAL_SKIP cell; dev/browser_check.py checks the dashboard)"},
     "04": {"save_pretrained_gguf(": "the GGUF export: Unsloth clones and builds llama.cpp from GitHub, which the "
                                     "lent machine cannot reach"},
 }
 FIRST_CUDA_CELL = ("03", "FastLanguageModel.from_pretrained(")   # the GPU memory cap goes right before it
-#: --real: the T4's models (tools/model_configs/) and colab-t4's own sizes (completion length, group, batch, LoRA
+#: --real: the T4's models (dev/model_configs/) and colab-t4's own sizes (completion length, group, batch, LoRA
 #: rank, sequence length), cut only where time needs it: a short budget stops training (max_steps stays 250).
 REAL_MODELS = ("qwen2.5-1.5b", "gemma3-1b", "qwen2.5-3b", "qwen3-1.7b")
 REAL_SIZES = dict(time_budget_minutes=1.5, fallback_minutes=1.0, train_rows=24, eval_rows=8, eval_prompts=8,
@@ -160,7 +160,7 @@ def _one(cells: list[Cell], marker: str, notebook: str) -> Cell:
     found = [c for c in cells if marker in c.source]
     if len(found) != 1:
         raise ValueError(f"notebook {notebook}: {len(found)} code cells contain {marker!r}, the check expects one. "
-                         "The notebook changed: update PATH_MARKERS / SKIP_MARKERS in tools/gpu_check.py.")
+                         "The notebook changed: update PATH_MARKERS / SKIP_MARKERS in dev/gpu_check.py.")
     return found[0]
 
 
@@ -304,9 +304,9 @@ def meta_shapes(key: str) -> dict[str, Any]:
 
 
 def real_config(key: str, tok: Any, overrides: dict[str, Any] | None = None) -> Any:
-    """Registry model ``key``'s real config (``tools/model_configs``) with the stand-in tokenizer's special ids
+    """Registry model ``key``'s real config (``dev/model_configs``) with the stand-in tokenizer's special ids
     (``overrides``: other values to change; fewer layers cut ``layer_types`` to match)."""
-    from tools.model_configs import config_values, load_config
+    from dev.model_configs import config_values, load_config
 
     overrides = dict(overrides or {})
     layers, types = overrides.get("num_hidden_layers"), config_values(key).get("layer_types")
@@ -873,7 +873,7 @@ def install(carry: Path, site: Path) -> dict[str, Any]:
     """The carried wheels into ``site`` (``pip install --no-index --no-deps --target``), ahead of the image's."""
     wheels = sorted((carry / "wheels").glob("*.whl"))
     if not wheels:
-        raise FileNotFoundError(f"No wheels in {carry / 'wheels'}: build them here with `python tools/wheelhouse.py "
+        raise FileNotFoundError(f"No wheels in {carry / 'wheels'}: build them here with `python dev/wheelhouse.py "
                                 "build` and carry .cache/gpu-carry to the machine.")
     start = time.time()
     proc = subprocess.run([sys.executable, "-m", "pip", "install", "--no-index", "--no-deps", "--no-compile",
@@ -966,7 +966,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, default=None,
                         help=f"the whole run ends inside this ({DEFAULT_MINUTES}; --real: {REAL_MINUTES})")
     parser.add_argument("--real", action="store_true",
-                        help="the T4's models at their real size (random weights from tools/model_configs), "
+                        help="the T4's models at their real size (random weights from dev/model_configs), "
                              "colab-t4's sizes, notebook 03 on a short budget: one model after the other")
     parser.add_argument("--native", action="store_true", help="the GPU as it is (no T4 capability, no memory cap)")
     parser.add_argument("--install", action="store_true", help="install the carried wheels first (the lent machine)")
@@ -1014,9 +1014,9 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     work = (args.work or Path(tempfile.mkdtemp(prefix="gpu-check-"))).resolve()
-    result: dict[str, Any] = {"check": "tools/gpu_check.py", "issue": 36,
+    result: dict[str, Any] = {"check": "dev/gpu_check.py", "issue": 36,
                               "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine(),
-                              "command": "python3 tools/gpu_check.py " + " ".join(argv),
+                              "command": "python3 dev/gpu_check.py " + " ".join(argv),
                               "t4_like": None if args.native else {"capability": list(T4_CAPABILITY),
                                                                    "memory_cap_gib": T4_MEMORY_BYTES / 1024**3},
                               "real_size": args.real,
@@ -1117,7 +1117,7 @@ def store(argv: list[str]) -> int:
     args.dest = args.dest or (STORED_REAL if data.get("real_size") else STORED)
     missing = [k for k in REQUIRED if k not in data]
     if missing:
-        print(f"error: {args.file} lacks {missing}: it is not a tools/gpu_check.py result", file=sys.stderr)
+        print(f"error: {args.file} lacks {missing}: it is not a dev/gpu_check.py result", file=sys.stderr)
         return 1
     if not data["machine"].get("gpu"):
         print(f"error: {args.file} ran on no GPU ({data['machine']}): only a GPU run is stored", file=sys.stderr)

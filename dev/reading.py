@@ -6,7 +6,7 @@ is what a closed fold displays; ``<details open>`` shows everything); HTML comme
 like any other text. A word is a whitespace-separated token with at least one letter or digit in it, so markup
 (``-``, ``|---|``, ``**``, ``$$``) is not a word. Code cells are not counted.
 
-    python tools/reading.py [NOTEBOOK ...]    # default: every course notebook; exits 1 when one is over target
+    python dev/reading.py [NOTEBOOK ...]    # default: every course notebook; exits 1 when one is over target
 
 Targets (issue 34): notebooks 00-05 <= 1,800 unfolded words each, 06 and later <= 2,500, 00-04 together <= 7,000.
 
