@@ -110,9 +110,9 @@ class Profile:
     seed: int  # training's randomness: the warm-up's examples, LoRA's start, the order of prompts, every sample
     #: The task's rows and their train/held-out split (helpers.data.ensure_prepared): fixed, so runs of different
     #: seeds are scored on the same held-out rows (five cpu-demo seeds' own held-out sums put one run 12.6 points
-    #: apart, bench/measured/heldout_of*_lr1e4_30.json).
+    #: apart, bench/measured/checkpoints/heldout_of*_lr1e4_30.json).
     split_seed: int = 3407
-    #: Minutes per notebook: measured on CPUs (bench/measured/course.json); on GPUs estimated from the budget.
+    #: Minutes per notebook: measured on CPUs (bench/measured/course/course.json); on GPUs estimated from the budget.
     minutes: dict[str, float] = dataclasses.field(default_factory=dict)
     # --- watching the run (helpers.watch): a held-out slice scored (greedy) a few times while training
     watch_prompts: int = 32  # held-out rows scored each time (0: none)

@@ -27,7 +27,7 @@ from .reasoning import find_numbers
 
 TOOL_NAME = "calculator"
 #: The CPU recipe (cpu-demo; cpu-smoke keeps its smaller sizes): 64 warm-up sums, 5 GRPO steps at learning rate
-#: 3e-4 (what bench/measured/tools.json measured), 64 tokens a rollout, 100 held-out products.
+#: 3e-4 (what bench/measured/tools/tools.json measured), 64 tokens a rollout, 100 held-out products.
 CPU_WARMUP, CPU_MAX_STEPS, CPU_COMPLETION, CPU_EVAL, CPU_LEARNING_RATE = 64, 5, 64, 100, 3e-4
 #: On a GPU (estimated, not measured here): Qwen's longer turns, and fewer steps than notebook 03's GSM8K.
 GPU_MAX_STEPS, GPU_COMPLETION = 60, 128
@@ -185,7 +185,7 @@ class ToolArithmeticTask(Task):
 
     def settings(self, profile: Any) -> dict[str, Any]:
         """The products after a warm-up on sums; on a CPU a longer warm-up, fewer GRPO steps and a higher learning
-        rate than notebook 03's (``bench/measured/tools.json``); on a GPU the Qwen model calls tools already, and
+        rate than notebook 03's (``bench/measured/tools/tools.json``); on a GPU the Qwen model calls tools already, and
         gets no warm-up."""
         if profile.backend == "unsloth":
             return {"task_level": "products", "warmup_level": "sums", "max_completion_length": GPU_COMPLETION,
