@@ -28,22 +28,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.record import commit, load, machine, stamp  # noqa: E402 - after the project is on the path
+
 
 def say(msg: str) -> None:
     print(f"[bench/serve] {msg}", file=sys.stderr, flush=True)
-
-
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").is_file() else []:
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
 
 
 def trained_summary(run: Path) -> dict:
@@ -132,7 +126,7 @@ def main() -> int:
     from helpers.training import ensure_adapter
 
     torch.set_num_threads(args.threads)
-    profile, load_start = get_profile(args.profile), os.getloadavg()[0]
+    profile, load_start = get_profile(args.profile), load()
     task, spec = get_task(profile.task), get_model_spec(profile.model)
     trained = sorted(runs_root().glob("*/adapter/adapter_config.json"), key=lambda p: p.stat().st_mtime)
     run = Path(args.run) if args.run else trained[-1].parent.parent if trained else runs_root() / "bench-serve"
@@ -210,11 +204,9 @@ def main() -> int:
         if "f16" in first:
             result["server"]["same_as_llama_cpp_f16_in_process"] = answer == first["f16"]
         say(f"server: {result['server']}")
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     out = {
-        "command": " ".join(["python", *sys.argv]), "commit": commit, "date": time.strftime("%Y-%m-%d"),
-        "machine": {"cpu": cpu_name(), "cpus": os.cpu_count(), "threads": args.threads,
-                    "loadavg_1min_start": round(load_start, 2), "loadavg_1min_end": round(os.getloadavg()[0], 2)},
+        "command": " ".join(["python", *sys.argv]), "commit": commit(), "date": stamp(),
+        "machine": machine(threads=args.threads, loadavg_1min_start=load_start, loadavg_1min_end=load()),
         "profile": profile.name, "prompts": len(rows), "max_new_tokens": settings.max_new_tokens,
         "decoding": "greedy", "prefill": prefill, "run": str(run), "trained": trained_summary(run),
         "gguf_mb": sizes, "convert_seconds": seconds, **result,
