@@ -3,7 +3,7 @@
     python bench/loss_types.py [--task arithmetic] [--profile cpu-demo] [--variants grpo,dr_grpo,dapo,gspo,gspo_seqclip]
                                [--steps 30] [--seeds 3407] [--steps-per-generation 2] [--eval-rows 50]
                                [--threads N] [--set key=value ...] [--json PATH]
-    python bench/loss_types.py --summarize bench/measured/loss_types.json   # add the summary to a stored result
+    python bench/loss_types.py --summarize bench/measured/loss_types/loss_types.json   # add the summary to a stored result
 
 Notebook 03's recipe through its save point (``helpers.training``: the task's format-only warm-up, then
 ``GRPOTrainer``), once per variant and seed. For each seed the warm-up runs once and every variant starts
@@ -44,7 +44,7 @@ VARIANTS: dict[str, dict] = {
     "dr_grpo": {"loss_type": "dr_grpo"},
     "dapo": {"loss_type": "dapo"},
     # GSPO with the profile's token-level clip range (epsilon 0.2 / epsilon_high 0.28 on cpu-demo): what
-    # bench/measured/loss_types.json calls "gspo". Sequence ratios stay near 1, so this range hardly ever clips.
+    # bench/measured/loss_types/loss_types.json calls "gspo". Sequence ratios stay near 1, so this range hardly ever clips.
     "gspo": {"loss_type": "grpo", "importance_sampling_level": "sequence"},
     # GSPO at its own clip range, as TRL's paper index sets it for the GSPO paper (v2, section 5.1):
     # epsilon=3e-4, epsilon_high=4e-4 (https://huggingface.co/docs/trl/paper_index, "Group Sequence Policy
@@ -120,7 +120,7 @@ def main() -> int:
     ap.add_argument("--json", default=None, help="also write the JSON here, after every run")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="profile overrides")
     ap.add_argument("--summarize", metavar="JSON", default=None,
-                    help="only add the summary to a stored result (e.g. bench/measured/loss_types.json), in place")
+                    help="only add the summary to a stored result (e.g. bench/measured/loss_types/loss_types.json), in place")
     args = ap.parse_args()
     if args.summarize:
         stored = json.loads(Path(args.summarize).read_text())

@@ -5,7 +5,7 @@
 For each case below, the same starting point as the stored run (``bench/learning.py``'s: the profile with the run's
 ``--set`` values and seed, the bundled model, notebook 03's warm-up through ``helpers.training.run_warmup``), then
 only the pre-flight (``helpers.readiness.check``): its figures and verdict beside the stored run's GRPO gain
-(``bench/measured/<file>``). ``--verify`` also scores the warmed model on the stored run's held-out rows (greedy) and
+(``bench/measured/<family>/<file>``, found by its name: ``bench.archive``). ``--verify`` also scores the warmed model on the stored run's held-out rows (greedy) and
 records it beside the stored ``after_warmup``: the same starting point, reproduced. Cases with no stored run (``new``)
 run ``bench/learning.py`` whole, which records the pre-flight in its JSON. Each case's result is kept in ``--out``
 (an interrupted validation resumes). A run *learned* when GRPO's gain on the headline is at least ``LEARNED``; the
@@ -38,7 +38,8 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-MEASURED = HERE / "measured"
+sys.path.insert(0, str(HERE.parent))
+from bench import archive  # noqa: E402 - after the project is on the path
 LEARNED = 0.05  #: a GRPO gain on the headline of at least this much (5 points) counts as "learned"
 
 #: The recipe of the runs before split_seed (learning rate 3e-4, 20 steps, each seed its own rows and split).
@@ -67,7 +68,7 @@ CASES = [
 
 def stored_outcome(file: str, seed: int | None) -> dict:
     """The stored run's GRPO outcome: one run of a ``learning_seeds`` sweep (by seed) or a ``bench/learning.py`` JSON."""
-    data = json.loads((MEASURED / file).read_text())
+    data = archive.load(file)
     if "runs" in data:
         run = next(r for r in data["runs"] if r["seed"] == seed)
         return {k: run.get(k) for k in ("grpo_gain", "after_warmup", "after", "steps", "warnings")}
@@ -169,7 +170,7 @@ def main() -> int:
         hit = (ready["verdict"]["verdict"] == "go") == learned
         first_hits += (ready["first_rule"] == "go") == learned
         runs.append({"name": case["name"], "family": case["family"], "seed": case["seed"], "set": case["set"],
-                     "stored": case["stored"] and f"bench/measured/{case['stored'][0]}", **result,
+                     "stored": case["stored"] and str(archive.path(case["stored"][0]).relative_to(HERE.parent)), **result,
                      "learned": learned, "hit": hit})
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE).stdout
     if subprocess.run(["git", "status", "--porcelain", "--", "readiness.py", "../helpers/readiness.py"],

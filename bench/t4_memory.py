@@ -1,6 +1,6 @@
 """Estimated GPU memory of `colab-t4`'s models at each stage of notebooks 03 and 04, from their real configs (issue 52).
 
-    python bench/t4_memory.py [--out bench/measured/t4_memory.json]
+    python bench/t4_memory.py [--out bench/measured/gpu/t4_memory.json]
 
 No GPU and no weights: each model of the ``colab-t4`` registry is built from its real ``config.json``
 (``dev/model_configs/``, where each came from in ``sources.json``) on PyTorch's meta device
@@ -188,7 +188,7 @@ def commit() -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", type=Path, default=None, help="write the JSON here too (bench/measured/t4_memory.json)")
+    ap.add_argument("--out", type=Path, default=None, help="write the JSON here too (bench/measured/gpu/t4_memory.json)")
     ap.add_argument("--models", default=",".join(MODELS))
     args = ap.parse_args(argv)
     import torch

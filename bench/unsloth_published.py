@@ -12,7 +12,7 @@ the per-step reward table. Prints ONE JSON object, one entry per notebook:
      "seconds_per_step", "reward_by_25_steps"?}}}
 
 These are someone else's runs on an older stack, not the course's recipe: the course quotes them as such
-(``bench/measured/unsloth_published.json``). Needs no network; not a test.
+(``bench/measured/gpu/unsloth_published.json``). Needs no network; not a test.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ On the lent GPU machine, from the repository root, with ``.cache/gpu-carry`` car
 Elsewhere (a GPU workstation with the GPU stack installed, or a CPU, where it stops at the first CUDA call):
 
     python dev/gpu_check.py [--out DIR] [--models qwen2,gemma3] [--minutes 7.5] [--native]
-    python dev/gpu_check.py store FILE     # keep a result as bench/measured/gpu_check.json
+    python dev/gpu_check.py store FILE     # keep a result as bench/measured/gpu/gpu_check.json
 
 What one run does, each step recorded (an error is recorded with its step, and the run goes on where it can):
 
@@ -67,8 +67,8 @@ from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 CARRY = ROOT / ".cache" / "gpu-carry"           # dev/wheelhouse.py build: wheels/, tokenizer/, manifest.json
-STORED = ROOT / "bench" / "measured" / "gpu_check.json"
-STORED_REAL = ROOT / "bench" / "measured" / "gpu_check_t4_real.json"   # --real: the T4's models at their real size
+STORED = ROOT / "bench" / "measured" / "gpu" / "gpu_check.json"
+STORED_REAL = ROOT / "bench" / "measured" / "gpu" / "gpu_check_t4_real.json"   # --real: the T4's models at their real size
 NOTEBOOKS = {"03": ROOT / "notebooks" / "03_grpo_training.ipynb", "04": ROOT / "notebooks" / "04_merge_and_inference.ipynb"}
 ARCHITECTURES = ("qwen2", "gemma3")
 T4_CAPABILITY = (7, 5)
@@ -1107,8 +1107,8 @@ REQUIRED = ("date", "machine", "versions", "models", "ran", "failed", "seconds_p
 
 
 def store(argv: list[str]) -> int:
-    """``store FILE [--dest PATH]``: check a result from the lent machine and keep it as bench/measured/gpu_check.json
-    (a ``--real`` result as bench/measured/gpu_check_t4_real.json), with the commit it is stored at."""
+    """``store FILE [--dest PATH]``: check a result from the lent machine and keep it as bench/measured/gpu/gpu_check.json
+    (a ``--real`` result as bench/measured/gpu/gpu_check_t4_real.json), with the commit it is stored at."""
     parser = argparse.ArgumentParser(prog="gpu_check.py store", description=store.__doc__)
     parser.add_argument("file", type=Path)
     parser.add_argument("--dest", type=Path, default=None)

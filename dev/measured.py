@@ -6,10 +6,12 @@
                                         # (docs/figures/learning.png), the time rows of the notebooks' intros, the
                                         # README's profile table and the instructor guide's plan
 
-Each ``bench/measured/<name>.json`` is the stdout of ``python bench/<name>.py`` on the project's 2-core
-machine, committed as it was printed. ``tests/test_measured.py`` fails when the README's block, docs/measured.md
-or the figure's data is not what this script writes from them, or when a profile's ``minutes`` disagree with
-``course.json``.
+Each ``bench/measured/<family>/<name>.json`` is what a ``bench/`` script printed on the project's 2-core machine,
+committed as it was printed (bench/measured/INDEX.md: which command, commit, date and machine); this script names
+them by their short names (``bench.archive``). docs/measured.md is ``dev/measured_template.md`` with each
+``{{ expr }}`` filled from them: its prose is edited there. ``tests/test_measured.py`` fails when the README's block,
+docs/measured.md or the figure's data is not what this script writes from them, or when a profile's ``minutes``
+disagree with ``course.json``.
 """
 
 from __future__ import annotations
@@ -21,7 +23,11 @@ from pathlib import Path
 from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
-MEASURED = ROOT / "bench" / "measured"
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+from bench import archive  # noqa: E402 - after ROOT is on the path
+
+MEASURED = archive.MEASURED
 START, END = "<!-- measured:start (dev/measured.py --write) -->", "<!-- measured:end -->"
 COLAB_START, COLAB_END = "<!-- colab:start (dev/measured.py --write) -->", "<!-- colab:end -->"
 COLAB = ROOT / "docs" / "colab-and-vllm.md"  #: where the Colab block lives
@@ -116,7 +122,8 @@ SIDE = {"before": "base", "after_warmup": "after warm-up", "after": "after GRPO"
 
 
 def load(name: str) -> dict:
-    return json.loads((MEASURED / f"{name}.json").read_text())
+    """A stored result by its short name (``"learning"``), from whichever family folder holds it."""
+    return archive.load(name)
 
 
 def pct(x: float) -> str:
@@ -136,323 +143,112 @@ def loss_type_finals(lt: dict) -> dict[str, list[float]]:
     return finals
 
 
-def render_details() -> list[str]:
-    """docs/measured.md's sections after the seeds: every other benchmark, in prose (the README's old block)."""
-    course, learning, overhead = load("course"), load("learning"), load("overhead")
-    rewards, data, evals = load("rewards"), load("data_prep"), load("eval_throughput")
-    smoke, demo, test = course["course-smoke"], course["course-demo"], course.get("test")
-    warm, after, before = learning["after_warmup"], learning["after"], learning["before"]
-    passk = learning.get("pass_at_k")
-    k = max(int(x) for x in passk["after"]) if passk else 0
-    fast = sorted(v["completions_per_s"] for k, v in rewards["throughput"].items() if k != "trl_accuracy_reward")
-    lines = [
-        "## Wall times and the seed-3407 run",
-        "",
-        f"On the project's {course['cpus']}-core CPU machine (`bench/measured/*.json`, each the output of "
-        "`python bench/<name>.py`):",
-        "",
-        "| what | wall time | notes |",
-        "|---|---|---|",
-        f"| the course, `cpu-smoke` | {smoke['seconds']:.0f} s | every notebook, Hub offline |",
-        f"| the course, `cpu-demo` | {demo['seconds']:.0f} s ({demo['seconds'] / 60:.1f} min) | notebook 03 trains "
-        f"{learning['recipe']['max_steps']} steps, notebook 05 {load('learning_json')['recipe']['max_steps']}, or "
-        f"{learning['recipe']['time_budget_minutes']} minutes, whichever comes first"
-        + (f"; its median GRPO step took {demo['median_step_seconds']} s" if "median_step_seconds" in demo else "")
-        + " |",
-    ]
-    if test:
-        lines.append(f"| `make test` | {test['seconds']:.0f} s ({test['seconds'] / 60:.1f} min) | with the bundled "
-                     "model already built |")
-    lines += [
-        "",
-        f"What the `cpu-demo` recipe learns ({after['n_prompts']} held-out two-number sums, greedy): the base "
-        f"model answers {pct(before['accuracy'])} in the format; after the format-only warm-up "
-        f"({learning['recipe']['warmup_examples']} single-digit sums) it has the format ({pct(rate(warm, 'format'))}) "
-        f"and {pct(warm['accuracy'])} accuracy; GRPO then takes it to {pct(after['accuracy'])} "
-        f"(`bench/learning.py`, {learning['steps']} GRPO steps, {learning['train_seconds']:.0f} s of training, "
-        f"{learning['seconds_per_step']:.1f} s a step): GRPO's own gain is {100 * learning['grpo_gain']:+.1f} points."
-        + (f" pass@1 → pass@{k} ({learning['pass_at_k_setup']['n']} samples at temperature 1 for each of "
-           f"{learning['pass_at_k_setup']['prompts']} of those sums): "
-           + ", ".join(f"{SIDE.get(side, side)} {pct(c['1'])} → {pct(c[str(k)])}" for side, c in passk.items())
-           + "." if passk else ""),
-    ]
-    def by_seed(sweep: dict) -> tuple[dict, dict]:
-        """A ``bench/learning_seeds.py`` sweep of one precision: its runs by seed, and their means."""
-        (precision, means), = sweep["by_precision"].items()
-        return {r["seed"]: r for r in sweep["runs"] if r["precision"] == precision}, means
+TEMPLATE = Path(__file__).resolve().parent / "measured_template.md"  #: docs/measured.md's prose, numbers as ``{{ expr }}``
+PLACEHOLDER = re.compile(r"\{\{ (.+?) \}\}")
 
-    sweep = load(sweep_name())
-    if alone_minutes(sweep) is not None and learning["recipe"]["seed"] in sweep_runs(sweep):  # the same recipe
-        by = sweep_runs(sweep)
-        st = stats(by)
-        lines[-1] += (f" That is seed {learning['recipe']['seed']} on {learning['machine']['threads']} threads; the "
-                      f"sweep at the top of this page ran the same recipe on {len(by)} seeds, one thread each: "
-                      f"{pct(st['after']['min'])} to {pct(st['after']['max'])} after GRPO, "
-                      f"{pct(st['after']['mean'])} on average (seed {learning['recipe']['seed']} there: "
-                      f"{pct(by[learning['recipe']['seed']]['after'])}). The seed draws the sums (for training and "
-                      "held out), the warm-up's examples, the fresh adapter and every sample, and a run this short "
-                      "depends on them: read one run's number with that spread in mind.")
-    if (MEASURED / "learning_avx2.json").is_file():  # the same run, as a learner runs it, on a slower CPU
-        slow = load("learning_avx2")
-        lines += ["", f"The same run on a slower CPU (`learning_avx2.json`: torch's {slow['machine']['cpu_capability']} "
-                      f"kernels, no AVX-512, {slow['machine']['cpus']} cores, {slow['machine']['threads']} threads), "
-                      f"as a learner runs it, inside the profile's {slow['recipe']['time_budget_minutes']}-minute "
-                      f"budget: a GRPO step took {slow['seconds_per_step']:.1f} s (against "
-                      f"{learning['seconds_per_step']:.1f} s above), so the budget stopped GRPO after {slow['steps']} "
-                      f"of its {slow['recipe']['max_steps']} steps with the adapter saved, and held-out accuracy went "
-                      f"{pct(slow['after_warmup'][slow['headline']])} → {pct(slow['after'][slow['headline']])} "
-                      f"(GRPO's own gain {100 * slow['grpo_gain']:+.1f} points, against "
-                      f"{100 * learning['grpo_gain']:+.1f} in {learning['steps']} steps). Notebook 00 times a step "
-                      "and says how many fit; running notebook 03 again goes on from the last checkpoint."]
-    if (MEASURED / "learning_seeds20.json").is_file():  # the earlier recipe on three seeds, 200 sums
-        s20 = load("learning_seeds20")
-        by, mean = by_seed(s20)
-        lines += ["", f"The earlier recipe ({BEFORE_KNOBS}) on three seeds and 200 held-out sums, by an older harness "
-                      f"(`bench/learning_seeds.py --steps {s20['steps']}`, `learning_seeds20.json`): "
-                      + "; ".join(f"seed {s} {pct(r['after_warmup'])} → {pct(r['after'])} ({100 * r['grpo_gain']:+.0f})"
-                                  for s, r in by.items())
-                      + f", a mean of {pct(mean['after']['mean'])} after GRPO and a gain of "
-                        f"{100 * mean['grpo_gain']['mean']:+.1f} points."]
-        if (MEASURED / "learning_seeds20_wu48.json").is_file():  # a steadier start, tried on the same seeds
-            wu = load("learning_seeds20_wu48")
-            (wby, wm), changed = by_seed(wu), dict(kv.split("=", 1) for kv in wu["set"])
-            first = next(iter(wby))
-            lines[-1] += (f" With a warm-up of {changed['warmup_examples']} single-digit sums instead of "
-                          f"{learning['recipe']['warmup_examples']} (`learning_seeds20_wu48.json`) the same seeds "
-                          "went: "
-                          + "; ".join(f"seed {sd} {pct(r['after_warmup'])} → {pct(r['after'])}"
-                                      for sd, r in wby.items())
-                          + f". The three ended within {100 * (wm['after']['max'] - wm['after']['min']):.1f} points "
-                            f"of each other, {pct(wm['after']['mean'])} on average, but GRPO's own gain fell to a mean "
-                            f"of {100 * wm['grpo_gain']['mean']:+.1f} points, and seed {first} ended at "
-                            f"{pct(wby[first]['after'])} instead of {pct(by[first]['after'])}. "
-                            f"The course keeps {learning['recipe']['warmup_examples']}: the two means are close "
-                            f"({pct(mean['after']['mean'])} and {pct(wm['after']['mean'])}), and with more warm-up "
-                            "GRPO's own share of the learning shrinks.")
-    if (MEASURED / "learning_curve.json").is_file():
-        def points(c: dict) -> str:
-            return ", ".join(f"{pct(h)} at step {step}" for step, h, _ in c["curve"])
 
-        from helpers.profiles import get_profile
-        from helpers.tasks.orders import CPU_MAX_STEPS
+def require(ok: object, why: str) -> str:
+    """For the template: stop the rendering where a sentence's claim no longer holds for the stored numbers."""
+    if not ok:
+        raise ValueError(f"docs/measured.md would be wrong: {why}; rewrite the sentence in {TEMPLATE.name}")
+    return ""
 
-        cur = load("learning_curve")
-        if cur["recipe"]["learning_rate"] == learning["recipe"]["learning_rate"]:
-            lines += ["", f"Step by step (`bench/learning_curve.py`, {cur['eval']['rows']} held-out sums, greedy, seed "
-                          f"{cur['recipe']['seed']}): accuracy {points(cur)} (0: after the warm-up). That plateau is "
-                          f"why `cpu-demo` trains {learning['recipe']['max_steps']} steps."]
-        else:
-            lines += ["", f"Step by step, the earlier recipe at learning rate {cur['recipe']['learning_rate']:g} "
-                          f"(`bench/learning_curve.py`, {cur['eval']['rows']} held-out sums, greedy, seed "
-                          f"{cur['recipe']['seed']}): accuracy {points(cur)} (0: after the warm-up); that plateau "
-                          f"chose its {BEFORE_STEPS} steps."]
-            if (MEASURED / "checkpoints_lr1e4_40.json").is_file():
-                scored = load("checkpoints_lr1e4_40")
-                ck, n = scored["by_step"], len({r["seed"] for r in scored["runs"]})
-                lines[-1] += (f" At {learning['recipe']['learning_rate']:g} the runs learned for longer: the "
-                              f"40-step runs of {n} seeds (`learning_seeds_lr1e4_40.json`), their checkpoints "
-                              f"scored on 200 held-out sums (`checkpoints_lr1e4_40.json`), stood at {pct(ck['30']['mean'])} on "
-                              f"average at step 30 ({pct(ck['30']['min'])} to {pct(ck['30']['max'])}) and "
-                              f"{pct(ck['40']['mean'])} at step 40 ({pct(ck['40']['min'])} to "
-                              f"{pct(ck['40']['max'])}): `cpu-demo` trains {learning['recipe']['max_steps']} steps.")
-        runs_beside = {  # more runs, each reported in one sentence when its file is there
-            "learning_curve_json": lambda c: f" The JSON task's exact match, on its CPU recipe (groups of "
-                                             f"{c['recipe']['num_generations']}, learning rate "
-                                             f"{c['recipe']['learning_rate']:g}): {points(c)}; on a CPU it trains at "
-                                             f"most {CPU_MAX_STEPS} steps (`helpers.tasks.orders.CPU_MAX_STEPS`).",
-            "learning_curve_json_g8": lambda c: f" On notebook 03's recipe then (groups of "
-                                                f"{c['recipe']['num_generations']}, {c['recipe']['learning_rate']:g}), "
-                                                f"its recipe before: {points(c)}, "
-                                                "every order ending up `\"standard\"`.",
-            "learning_curve_json_t13": lambda c: f" Sampled at temperature {c['recipe']['temperature']:g} instead of "
-                                                 f"1 on that recipe, to break the tie on `shipping`: {points(c)}: "
-                                                 "no better.",
-            "learning_curve_json_t07": lambda c: f" At temperature {c['recipe']['temperature']:g}: {points(c)}: no "
-                                                 "better either.",
-            "learning_curve_json_warm_orders": lambda c: " With its warm-up on the paraphrased `orders` level instead "
-                                                         f"of `orders-easy`: {points(c)} (one run: a higher start "
-                                                         "that GRPO did not hold).",
-            "learning_curve_json_ng4": lambda c: f" In groups of {c['recipe']['num_generations']} at "
-                                                 f"{c['recipe']['learning_rate']:g}: {points(c)}.",
-            "learning_curve_lr1e3": lambda c: f" With learning rate {c['recipe']['learning_rate']:g} instead of "
-                                              f"{cur['recipe']['learning_rate']:g} the arithmetic run collapsed: "
-                                              f"{points(c)}.",
-            "learning_curve_ng4": lambda c: f" So did arithmetic in groups of {c['recipe']['num_generations']} at "
-                                            f"{c['recipe']['learning_rate']:g}: {points(c)}, the format kept, every "
-                                            "answer wrong: a recipe holds for one task.",
-            "learning_curve_r64": lambda c: f" Arithmetic with LoRA rank {c['recipe']['lora_rank']} (alpha "
-                                            f"{c['recipe']['lora_alpha']}) instead of {get_profile('cpu-demo').lora_rank}"
-                                            f" collapsed as well, from a weaker warm-up: {points(c)}.",
-            "learning_ng16": lambda c: f" One prompt a step in a group of {c['recipe']['num_generations']} "
-                                       f"(the same {c['recipe']['per_device_train_batch_size']} completions a step, "
-                                       f"`bench/learning.py`) barely moved it: {pct(c['after_warmup']['accuracy'])} → "
-                                       f"{pct(c['after']['accuracy'])} ({100 * c['grpo_gain']:+.1f}) in {c['steps']} "
-                                       f"steps, on {c['after']['n_prompts']} sums.",
-        }
-        for name, sentence in runs_beside.items():
-            if (MEASURED / f"{name}.json").is_file():
-                lines[-1] += sentence(load(name))
-    if (MEASURED / "learning_seeds.json").is_file():
-        ls = load("learning_seeds")
-        bp, paired, n = ls["by_precision"], ls["paired"], len(ls["seeds"])
-        bf16_runs = [r for r in ls["runs"] if r["precision"] == "bf16"]
-        low_format = min(bp[p]["format"]["min"] for p in bp)
 
-        def span(p: str, m: str, points: bool = False) -> str:
-            f = (lambda x: f"{100 * x:+.1f}") if points else pct
-            return f"{f(bp[p][m]['mean'])} ({f(bp[p][m]['min'])} to {f(bp[p][m]['max'])})"
+def doc_namespace() -> dict:
+    """The names ``measured_template.md`` reads: the stored results, and what is computed from them."""
+    from helpers.profiles import get_profile
+    from helpers.tasks.orders import CPU_MAX_STEPS
 
-        lines += ["", f"bf16 against float32 on the earlier machine where bf16 was faster (`bench/learning_seeds.py`, "
-                      f"the recipe before `cpu-demo` was cut to {BEFORE_STEPS} steps: seeds "
-                      f"{', '.join(map(str, ls['seeds']))}, {ls['steps']} GRPO steps each, the mean and the range of "
-                      f"{n} runs): after GRPO {span('bf16', 'after')} with bf16 (what that CPU picked), "
-                      f"{span('fp32', 'after')} in float32; after the warm-up {span('bf16', 'after_warmup')} and "
-                      f"{span('fp32', 'after_warmup')}; GRPO's own gain {span('bf16', 'grpo_gain', True)} and "
-                      f"{span('fp32', 'grpo_gain', True)} points; format after GRPO "
-                      f"{'' if low_format == 1 else 'at least '}{pct(low_format)} in every run; bf16 took "
-                      f"{min(r['seconds_per_step'] for r in bf16_runs):.1f} s a step at best. Seed by seed, bf16 minus "
-                      f"float32 after GRPO: {', '.join(f'{100 * d:+.1f}' for d in paired['after'])} points. "
-                      f"So bf16 is not shown to learn as well: its mean is "
-                      f"{100 * (bp['fp32']['after']['mean'] - bp['bf16']['after']['mean']):.1f} points lower and its "
-                      f"runs spread over {100 * (bp['bf16']['after']['max'] - bp['bf16']['after']['min']):.1f} points "
-                      f"against {100 * (bp['fp32']['after']['max'] - bp['fp32']['after']['min']):.1f} in float32, "
-                      f"and its best run, {pct(bp['bf16']['after']['max'])}, is one of {n}. With {n} seeds it cannot "
-                      "be called worse either. The course uses bf16 only where it measures it faster; notebook 03 "
-                      "says how to train in float32 anyway."]
-    elif (MEASURED / "learning_fp32.json").is_file():
-        fp = load("learning_fp32")
-        spread = round(100 * max(max(v) - min(v) for v in loss_type_finals(load("loss_types")).values()))
-        mine = "bf16" if learning.get("precision", {}).get("bf16") else "float32"
-        same = "the same " if fp["steps"] == learning["steps"] else ""
-        lines += ["", f"Precision on the same recipe (`bench/learning.py --precision fp32`, seed "
-                      f"{fp['recipe']['seed']}, one run each): with {mine} (what this CPU picks) GRPO reached "
-                      f"{pct(after['accuracy'])} in {learning['steps']} steps at "
-                      f"{learning['seconds_per_step']:.1f} s a step; in float32 {pct(fp['after']['accuracy'])} "
-                      f"in {same}{fp['steps']} steps at {fp['seconds_per_step']:.1f} s a step, "
-                      f"format {pct(rate(fp['after'], 'format'))}. The 16-example warm-up differed more: "
-                      f"{pct(warm['accuracy'])} accuracy and {pct(rate(warm, 'format'))} format with {mine}, "
-                      f"{pct(fp['after_warmup']['accuracy'])} and {pct(rate(fp['after_warmup'], 'format'))} in "
-                      "float32, so GRPO's own gains differ partly because their starts do. "
-                      "One seed each: `bench/loss_types.py` shows the two seeds of one recipe differing by up to "
-                      f"{spread} points, so a gap below that is noise."]
-    if (MEASURED / "step_profile.json").is_file():
-        sp = load("step_profile")
-        native, avx2, res = sp["compare"]["native"], sp["compare"]["avx2"], sp["results"]
-        course = res["native/course"]
-        phases, picked = course["phases"], course["settings"]
-        share = {name: round(100 * phase["share"]) for name, phase in phases.items()}
-        roof = course["roofline_gflop_per_s"]["train_1360x576x1536"]
-        setting = ("the frozen base in bf16, LoRA in float32, bf16 autocast" if picked["bf16"] else "float32")
-        lines += ["", f"One `cpu-demo` GRPO step, phase by phase (`bench/step_profile.py`, {sp['rounds']} rounds "
-                      f"interleaved on one 2-core machine): the course's settings (here {setting}, "
-                      f"`contiguous_head_input`, no gradient checkpointing) take {native['course_s_per_step']:.1f} s "
-                      f"against {native['today_s_per_step']:.1f} s in float32 with gradient checkpointing, the course's "
-                      f"earlier settings ({native['speedup']:.2f}x); with `ATEN_CPU_CAPABILITY=avx2` and one thread "
-                      f"{avx2['course_s_per_step']:.1f} s against {avx2['today_s_per_step']:.1f} s "
-                      f"({avx2['speedup']:.2f}x)."
-                  + (f" This CPU has AVX512-BF16 or AMX, and its plain matmul at the training shape ran at "
-                     f"{roof['bfloat16']:.0f} GFLOP/s in bf16 against {roof['float32']:.0f} in float32, so "
-                     "`helpers.machine.cpu_bf16` measured bf16 as not faster and the course picked float32; forcing "
-                     "the bf16 base anyway took "
-                     f"{res['native/bf16']['step']['wall_s']:.1f} s a step."
-                     if picked.get("chip_bf16") and not picked["bf16"] and "native/bf16" in res else "")
-                  + f" Generation is {share['generation']}% of the step, the loss's forward "
-                    f"{share['logprob_loss_forward']}% and the backward {share['backward']}%; generation runs at "
-                    f"{pct(phases['generation']['of_fp32_roofline'])} of the float32 matmul rate measured in the "
-                    "same run: at 16 sequences a decoding step is small matrices and per-op overhead."]
-        if (MEASURED / "step_profile_bf16cpu.json").is_file():
-            old = load("step_profile_bf16cpu")
-            oroof, onat = old["results"]["native/course"]["roofline_gflop_per_s"]["train_1360x576x1536"], \
-                old["compare"]["native"]
-            lines[-1] += (f" An earlier machine of the project (`step_profile_bf16cpu.json`) multiplied bf16 at "
-                          f"{oroof['bfloat16']:.0f} GFLOP/s against {oroof['float32']:.0f} in float32; there the "
-                          f"course trained on a bf16 base and its step took {onat['course_s_per_step']:.1f} s against "
-                          f"{onat['today_s_per_step']:.1f} s ({onat['speedup']:.2f}x). Which precision is faster "
-                          "depends on the CPU, so the course measures it.")
-        if (MEASURED / "step_profile_cache.json").is_file():  # a generation setting tried and not taken
-            runs = load("step_profile_cache")["results"]
-            gen = {k.split("/")[1]: r["phases"]["generation"]["seconds"] for k, r in runs.items()}
-            lines[-1] += (f" Generating into a preallocated KV cache (`cache_implementation=\"static\"`, "
-                          f"`step_profile_cache.json`) instead of growing it token by token took "
-                          f"{gen['static_cache']:.2f} s of generation a step against {gen['course']:.2f} s, so the "
-                          "course keeps TRL's default.")
-    if (MEASURED / "learning_json.json").is_file():
-        js = load("learning_json")
-        w, a, b = js["after_warmup"], js["after"], js["before"]
-        lines += ["", f"Notebook 05's JSON task on `cpu-demo` ({a['n_prompts']} held-out orders, greedy; "
-                      f"`bench/learning.py --task json`, {js['steps']} GRPO steps in {js['train_seconds']:.0f} s of "
-                      f"training): schema-valid {pct(rate(b, 'schema_valid'))} (base) → {pct(rate(w, 'schema_valid'))} "
-                      f"(warm-up) → {pct(rate(a, 'schema_valid'))} (GRPO); exact match {pct(rate(b, 'exact_match'))} → "
-                      f"{pct(rate(w, 'exact_match'))} → {pct(rate(a, 'exact_match'))}: GRPO's own gain is "
-                      f"{100 * js.get('grpo_gain', js.get('grpo_gain_exact_match', 0)):+.1f} points, in groups of "
-                      f"{js['recipe']['num_generations']} at learning rate {js['recipe']['learning_rate']:g} "
-                      f"(`shipping` right on {pct(rate(a, 'field: shipping'))})."]
-        for name in ("learning_json_10steps", "learning_json_20steps", "learning_json_g8", "learning_json_ng4"):
-            if (MEASURED / f"{name}.json").is_file():
-                o = load(name)
-                lines[-1] += (f" {o['steps']} steps in groups of {o['recipe']['num_generations']} at "
-                              f"{o['recipe']['learning_rate']:g}: "
-                              f"exact match {pct(rate(o['after_warmup'], 'exact_match'))} → "
-                              f"{pct(rate(o['after'], 'exact_match'))} ({100 * o['grpo_gain']:+.1f}), schema-valid "
-                              f"{pct(rate(o['after'], 'schema_valid'))}, `shipping` right on "
-                              f"{pct(rate(o['after'], 'field: shipping'))}.")
-    if (MEASURED / "loss_types.json").is_file():
-        lt = load("loss_types")
-        start = [pct(next(r["eval"][0][lt["headline"]] for r in lt["runs"] if r["seed"] == seed))
-                 for seed in lt["seeds_complete"]]
-        lines += ["", f"`loss_type` at equal budget (`bench/loss_types.py`, notebook 06; seeds "
-                      f"{', '.join(map(str, lt['seeds_complete']))}, {lt['steps']} optimizer steps each from the same "
-                      f"warm-up adapter, {lt['recipe']['eval']['rows']} held-out sums, greedy): held-out accuracy "
-                      f"from {' / '.join(start)} to "
-                      + "; ".join(f"{'gspo (token-level clip range)' if v == 'gspo' else v} {' / '.join(map(pct, f))}"
-                                  for v, f in loss_type_finals(lt).items())
-                      + " (one number per seed). The spread between seeds is as large as between variants: these "
-                        "runs cannot rank the loss types."]
-    if (MEASURED / "loss_types_gspo.json").is_file():
-        g = load("loss_types_gspo")
-        own, clip = g["summary"]["gspo_seqclip"], g["variants"]["gspo_seqclip"]
-        lines[-1] += (f" GSPO at its own clip range (epsilon {clip['epsilon']:g} / {clip['epsilon_high']:g}, TRL's "
-                      f"paper index; `loss_types_gspo.json`, grpo and token-range GSPO rerun beside it): held-out "
-                      "accuracy " + " / ".join(pct(own[str(sd)]["final_accuracy"]) for sd in g["seeds_complete"])
-                      + ", clipping " + " / ".join(pct(own[str(sd)]["offpolicy_clip_mean"])
-                                                   for sd in g["seeds_complete"])
-                      + " of completions on the off-policy steps"
-                      + (", where the token range clipped none."
-                         if g["summary"]["gspo"]["all"]["offpolicy_clip_max"] == 0 else "."))
-    if (MEASURED / "tools.json").is_file():
-        t = load("tools")
-        lines += ["", f"Tools (notebook 07, `bench/tools.py`): products of a 3-digit and a 2-digit number asked in "
-                      f"words, {t['after']['n']} held out, greedy, through TRL's tool loop: the bundled model "
-                      f"alone {pct(t['before']['accuracy'])}, after a warm-up on sums "
-                      f"{pct(t['after_warmup']['accuracy'])}, after {t['steps']} GRPO steps "
-                      f"{pct(t['after']['accuracy'])} "
-                      f"(GRPO's own gain {100 * t['grpo_gain']:+.0f} points), training "
-                      f"{t['train_seconds'] / 60:.1f} minutes on one thread of the shared 2-core machine."]
-        if (MEASURED / "tools_seed1.json").is_file():
-            t1 = load("tools_seed1")
-            lines[-1] += (f" A second seed: {pct(t1['before']['accuracy'])} / {pct(t1['after_warmup']['accuracy'])} / "
-                          f"{pct(t1['after']['accuracy'])} (`tools_seed1.json`).")
-    if demo.get("eval"):
-        sides = ", ".join(f"{side} {pct(s['accuracy'])}" for side, s in demo["eval"].items())
-        lines += ["", f"In the `cpu-demo` course run above, notebook 04 measured accuracy {sides} "
-                      f"({demo['eval'][next(iter(demo['eval']))]['n_prompts']} held-out prompts)."]
-    lines += [
-        "",
-        f"Other benchmarks: the course's callbacks and TRL's completion log cost {100 * (overhead['ratio'] - 1):+.1f}% "
-        f"per step over a bare `GRPOTrainer` (`overhead.py`); the course's rewards score {fast[0] / 1000:.0f}k to "
-        f"{fast[-1] / 1000:.0f}k completions/s, TRL's math-verify `accuracy_reward` "
-        f"{rewards['throughput']['trl_accuracy_reward']['completions_per_s']:.0f}/s (`rewards.py`); the "
-        f"{data['train_rows_in']:,} GSM8K train rows are prepared in {data['total_seconds']:.1f} s "
-        f"(`data_prep.py`); the evaluation samples {evals['completions_per_second']:.1f} completions/s on "
-        f"`cpu-demo` (`eval_throughput.py`), and an adapter side takes {evals['seconds']['adapter']:.1f} s live and "
-        f"{evals['seconds']['adapter_merged']:.1f} s merged while it samples ({evals['prompts']} prompts).",
-    ]
-    return lines
+    ns = dict(globals(), CPU_MAX_STEPS=CPU_MAX_STEPS, demo_rank=get_profile("cpu-demo").lora_rank,
+              n=lambda x, d=0: format(x, d if isinstance(d, str) else f".{d}f"),
+              pts=lambda x, d=1: f"{100 * x:+.{d}f}", g=lambda x: f"{x:g}",
+              points=lambda c: ", ".join(f"{pct(h)} at step {step}" for step, h, _ in c["curve"]))
+    names = dict(course="course", learning="learning", overhead="overhead", rewards="rewards", data="data_prep",
+                 evals="eval_throughput", slow="learning_avx2", s20="learning_seeds20", wu="learning_seeds20_wu48",
+                 cur="learning_curve", ck40="checkpoints_lr1e4_40", c_json="learning_curve_json",
+                 c_g8="learning_curve_json_g8", c_t13="learning_curve_json_t13", c_t07="learning_curve_json_t07",
+                 c_warm="learning_curve_json_warm_orders", c_jng4="learning_curve_json_ng4",
+                 c_lr1e3="learning_curve_lr1e3", c_ng4="learning_curve_ng4", c_r64="learning_curve_r64",
+                 ng16="learning_ng16", ls="learning_seeds", sp="step_profile", js="learning_json", lt="loss_types",
+                 gspo="loss_types_gspo", tools="tools", tools1="tools_seed1", rd="readiness")
+    ns.update({key: load(file) for key, file in names.items()})
+    learning, sweep = ns["learning"], load(SEEDS)
+    by = sweep_runs(sweep)
+    passk = learning["pass_at_k"]
+    k = max(int(x) for x in passk["after"])
+    (s20_by, s20_mean), (wu_by, wu_mean) = by_seed(ns["s20"]), by_seed(ns["wu"])
+    sp, bp = ns["sp"], ns["ls"]["by_precision"]
+    course_run, phases = sp["results"]["native/course"], sp["results"]["native/course"]["phases"]
+    old = load("step_profile_bf16cpu")
+    rd = ns["rd"]
+    runs = rd["runs"]
+    part = [r for r in runs if "fewer_groups_first_rule" in r["readiness"]]
+    recipe_runs = [r for r in runs if r["family"].startswith("the recipe")]
+    ns.update(
+        recipe=learning["recipe"], warm=learning["after_warmup"], after=learning["after"], before=learning["before"],
+        smoke=ns["course"]["course-smoke"], demo=ns["course"]["course-demo"], k=k, seed=learning["recipe"]["seed"],
+        passk=", ".join(f"{SIDE.get(side, side)} {pct(c['1'])} → {pct(c[str(k)])}" for side, c in passk.items()),
+        sweep=sweep, by=by, st=stats(by), s20_by=s20_by, s20_mean=s20_mean, wu_by=wu_by, wu_mean=wu_mean,
+        wu_set=dict(kv.split("=", 1) for kv in ns["wu"]["set"]), wu_first=next(iter(wu_by)), bp=bp,
+        low_format=min(bp[p]["format"]["min"] for p in bp),
+        span_of=lambda p, m, points=False: "{} ({} to {})".format(
+            *((f"{100 * x:+.1f}" if points else pct(x)) for x in (bp[p][m]["mean"], bp[p][m]["min"], bp[p][m]["max"]))),
+        native=sp["compare"]["native"], avx2=sp["compare"]["avx2"], picked=course_run["settings"], phases=phases,
+        roof=course_run["roofline_gflop_per_s"]["train_1360x576x1536"],
+        share={name: round(100 * phase["share"]) for name, phase in phases.items()},
+        old_roof=old["results"]["native/course"]["roofline_gflop_per_s"]["train_1360x576x1536"],
+        old_native=old["compare"]["native"],
+        cache_gen={key.split("/")[1]: r["phases"]["generation"]["seconds"]
+                   for key, r in load("step_profile_cache")["results"].items()},
+        json_runs=[load(f"learning_json_{x}") for x in ("10steps", "20steps", "g8", "ng4")],
+        fast=sorted(v["completions_per_s"] for key, v in ns["rewards"]["throughput"].items()
+                    if key != "trl_accuracy_reward"),
+        changed=[f"{r['name']} (GRPO's gain {100 * r['outcome']['grpo_gain']:+.1f})" for r in runs
+                 if r["readiness"]["first_rule"] != r["readiness"]["verdict"]["verdict"]],
+        rd_seconds=sorted(r["readiness"]["seconds"] for r in runs),
+        own_steps=[(r["name"], r["readiness"]["seconds"] / r["outcome"]["seconds_per_step"]) for r in runs
+                   if r["outcome"].get("seconds_per_step")],
+        part=part, same={g: sum(r["readiness"]["fewer_groups_first_rule"][g] == r["readiness"]["first_rule"]
+                                for r in part) for g in ("2", "4")},
+        verified=[r for r in runs if r.get("verified")],
+        gains=[r["outcome"]["grpo_gain"] for r in recipe_runs],
+        passes=[r["readiness"]["figures"]["pass_at_g"] for r in recipe_runs],
+        least=min(r["readiness"]["figures"]["pass_at_g"] for r in runs if r["readiness"]["verdict"]["verdict"] == "go"))
+    return ns
+
+
+def by_seed(sweep: dict) -> tuple[dict, dict]:
+    """A ``bench/learning_seeds.py`` sweep of one precision: its runs by seed, and their means."""
+    (precision, means), = sweep["by_precision"].items()
+    return {r["seed"]: r for r in sweep["runs"] if r["precision"] == precision}, means
+
+
+def readiness_rows() -> str:
+    """docs/measured.md's pre-flight table: the verdict at the start of each run whose outcome is known."""
+    lines = []
+    for r in load("readiness")["runs"]:
+        f, v = r["readiness"]["figures"], r["readiness"]["verdict"]
+        said = "go" if v["verdict"] == "go" else f"fix first: {v['change'].split(':')[0].split(' (9')[0]}"
+        lines.append(f"| {r['name']} | {'`' + Path(r['stored']).name + '`' if r['stored'] else 'trained here'} | "
+                     f"{pct(f['learnable'])} | {pct(f['truncated'])} | {pct(f['format'])} | {pct(f['pass_at_g'])} "
+                     f"(G={f['group_size']}) | {said} | {100 * r['outcome']['grpo_gain']:+.1f} | "
+                     f"{'yes' if r['hit'] else '**no**'} |")
+    return "\n".join(lines)
+
+
+def seeds_section() -> str:
+    return "\n".join(render_seeds())
+
+
+def render_doc() -> str:
+    """docs/measured.md: ``measured_template.md`` with each ``{{ expr }}`` evaluated on the stored results."""
+    ns = doc_namespace()
+    return PLACEHOLDER.sub(lambda m: str(eval(m[1], ns)), TEMPLATE.read_text())  # noqa: S307 - our own template
 
 
 def sweep_name() -> str:
-    """The seed sweep the README shows: the cpu-demo recipe over five seeds, or the three-seed one before it."""
-    return SEEDS if (MEASURED / f"{SEEDS}.json").is_file() else "learning_seeds20"
+    """The seed sweep the README shows: the cpu-demo recipe over five seeds."""
+    return SEEDS
 
 
 def sweep_runs(sweep: dict) -> dict[int, dict]:
@@ -462,15 +258,10 @@ def sweep_runs(sweep: dict) -> dict[int, dict]:
 
 
 def json_curve() -> tuple[str, list[list[float]]]:
-    """The JSON task's held-out exact match by step: ``learning_curve_json.json`` (scored every few steps), else its
-    ``learning_json.json`` run's start and end."""
-    if (MEASURED / "learning_curve_json.json").is_file():
-        c = load("learning_curve_json")
-        return (f"JSON task: exact match\n(seed {c['recipe']['seed']}, {c['eval']['rows']} orders)",
-                [[step, value] for step, value, *_ in c["curve"]])
-    js = load("learning_json")
-    return (f"JSON task: exact match\n(seed {js['recipe']['seed']})",
-            [[0, js["after_warmup"]["exact_match"]], [js["steps"], js["after"]["exact_match"]]])
+    """The JSON task's held-out exact match by step: ``learning_curve_json.json`` (scored every few steps)."""
+    c = load("learning_curve_json")
+    return (f"JSON task: exact match\n(seed {c['recipe']['seed']}, {c['eval']['rows']} orders)",
+            [[step, value] for step, value, *_ in c["curve"]])
 
 
 def figure_data() -> dict:
@@ -526,7 +317,7 @@ def render() -> str:
         f"(docs/figures/learning.png)",
         "",
         f"On the project's {course['cpus']}-core CPU machine; every number is the output of a benchmark "
-        "(`bench/measured/*.json`), and [docs/measured.md](docs/measured.md) has the rest: every recipe variant "
+        "(`bench/measured/`, [its index](bench/measured/INDEX.md)), and [docs/measured.md](docs/measured.md) has the rest: every recipe variant "
         "tried, precision, the step profile, the JSON task's variants, the loss types, the tool task.",
         "",
         "| what | measured | from |",
@@ -556,8 +347,7 @@ def render() -> str:
                      + (f" ({', '.join(f'{q / 60:.1f}' for q in quiet)} alone on the machine; the others shared "
                         "its 2 cores with another run)" if quiet and len(quiet) < len(train) else "")
                      + f" | `{name}.json` |")
-    if (MEASURED / "learning_avx2.json").is_file():  # an older laptop's CPU: what the budget buys there
-        slow = load("learning_avx2")
+    if slow := load("learning_avx2"):  # an older laptop's CPU: what the budget buys there
         lines.append(f"| ... on a slower CPU ({slow['machine']['cpu_capability']} only, no AVX-512), as a learner "
                      f"runs it: the {slow['recipe']['time_budget_minutes']}-minute budget stops GRPO after "
                      f"{slow['steps']} steps ({slow['seconds_per_step']:.1f} s a step), seed {slow['recipe']['seed']} | "
@@ -570,8 +360,7 @@ def render() -> str:
         f"{pct(rate(js['after'], 'schema_valid'))}; {pct(rate(js['after_warmup'], 'exact_match'))} → "
         f"{pct(rate(js['after'], 'exact_match'))} ({100 * js['grpo_gain']:+.1f} points) | `learning_json.json` |",
     ]
-    if (MEASURED / "tools.json").is_file():
-        t = load("tools")
+    if t := load("tools"):
         lines.append(f"| tools (notebook 07): products through TRL's tool loop, base → warm-up → GRPO | "
                      f"{pct(t['before']['accuracy'])} → {pct(t['after_warmup']['accuracy'])} → "
                      f"{pct(t['after']['accuracy'])} ({t['after']['n']} held out, {t['steps']} GRPO steps) | "
@@ -588,7 +377,7 @@ def render() -> str:
 def variants_row(by: dict[int, dict]) -> str | None:
     """The README's row on the recipe's variants: how many were measured, and whether any run on the recipe's own sums
     beat it by more than two standard errors (paired, seed by seed); ``None`` when none is stored."""
-    screens = [(file, what, sweep_runs(load(file))) for file, what in SCREENS if (MEASURED / f"{file}.json").is_file()]
+    screens = [(file, what, sweep_runs(load(file))) for file, what in SCREENS]
     if not screens:
         return None
     paired = paired_variants(by, screens)
@@ -690,8 +479,6 @@ WARMUP_PROBE = "warmup_probe"  #: ``bench/warmup_probe.py``: the held-out sums a
 def warmup_note(by: dict[int, dict]) -> str:
     """What the warm-up alone gives (``bench/warmup_probe.py``): the task's own sums in one line, or worked in tens
     and ones (``bench/worked_sums.py``), against the course's format warm-up on the same seed."""
-    if not (MEASURED / f"{WARMUP_PROBE}.json").is_file():
-        return ""
     runs = load(WARMUP_PROBE)["runs"]
 
     def side(r: dict) -> str:
@@ -744,8 +531,7 @@ def named(r: dict) -> list[str]:
 def threads_note(sweep: dict, by: dict[int, dict]) -> list[str]:
     """The same recipe and seed on another thread count, where a stored run has one: does the run end alike?"""
     pairs = []  # (sentence, ended alike: within 5 points)
-    if (MEASURED / "learning.json").is_file():
-        one = load("learning")
+    if one := load("learning"):
         seed, threads = one["recipe"]["seed"], one["machine"]["threads"]
         if seed in by and threads != sweep.get("threads") and alone_minutes(sweep) is not None:
             r = by[seed]
@@ -753,15 +539,14 @@ def threads_note(sweep: dict, by: dict[int, dict]) -> list[str]:
                           f"{pct(one['after']['accuracy'])} with {threads} threads (`learning.json`) and "
                           f"{pct(r['after_warmup'])} → {pct(r['after'])} with {sweep.get('threads')} (above)",
                           abs(one["after"]["accuracy"] - r["after"]) <= 0.05))
-    if (MEASURED / "learning_curve_ng4.json").is_file() and (MEASURED / "history_ng4.json").is_file():
-        two, one = load("learning_curve_ng4"), load("history_ng4")
-        if two["machine"].get("threads") != one["machine"]["threads"]:
-            pairs.append((f"groups of {one['recipe']['num_generations']} at 3e-4 on seed {one['recipe']['seed']}, "
-                          f"{two['curve'][0][1]:.0%} → {two['curve'][-1][1]:.0%} with {two['machine']['threads']} "
-                          f"threads (`learning_curve_ng4.json`, an older harness: no held-out slice while training, no "
-                          f"trackio, another held-out sample) and {pct(one['after_warmup']['accuracy'])} → "
-                          f"{pct(one['after']['accuracy'])} with {one['machine']['threads']} (`history_ng4.json`)",
-                          abs(two["curve"][-1][1] - one["after"]["accuracy"]) <= 0.05))
+    two, one = load("learning_curve_ng4"), load("history_ng4")
+    if two["machine"].get("threads") != one["machine"]["threads"]:
+        pairs.append((f"groups of {one['recipe']['num_generations']} at 3e-4 on seed {one['recipe']['seed']}, "
+                      f"{two['curve'][0][1]:.0%} → {two['curve'][-1][1]:.0%} with {two['machine']['threads']} "
+                      f"threads (`learning_curve_ng4.json`, an older harness: no held-out slice while training, no "
+                      f"trackio, another held-out sample) and {pct(one['after_warmup']['accuracy'])} → "
+                      f"{pct(one['after']['accuracy'])} with {one['machine']['threads']} (`history_ng4.json`)",
+                      abs(two["curve"][-1][1] - one["after"]["accuracy"]) <= 0.05))
     if not pairs:
         return []
     text = "The same recipe and seed on two thread counts: " + "; ".join(p for p, _ in pairs) + "."
@@ -775,8 +560,6 @@ def threads_note(sweep: dict, by: dict[int, dict]) -> list[str]:
 def alone_minutes(sweep: dict) -> float | None:
     """``learning.json``'s training minutes (warm-up and GRPO, alone on the machine) where it ran ``sweep``'s recipe:
     the same steps and the same changed fields; else None."""
-    if not (MEASURED / "learning.json").is_file():
-        return None
     one = load("learning")
     same = one["steps"] == sweep["steps"] and all(one["recipe"].get(k) is not None
                                                   and float(one["recipe"][k]) == float(v)
@@ -793,9 +576,7 @@ def shared_split(by: dict[int, dict]) -> int | None:
 def heldout_note(by: dict[int, dict]) -> list[str]:
     """How far a seed's own held-out sums moved its score: the recipe's adapters before ``split_seed``, scored on
     other seeds' sums (``HELDOUT``), and how far apart ``by`` (the recipe on the same sums) still ended."""
-    files = [f for f in HELDOUT if (MEASURED / f"{f}.json").is_file()]
-    if not files or not (MEASURED / f"{OWN_SUMS}.json").is_file():
-        return []
+    files = HELDOUT
     own, crosses = sweep_runs(load(OWN_SUMS)), [load(f) for f in files]
     on = [{r["seed"]: r["accuracy"] for r in c["runs"]} for c in crosses]
     # each seed's score on the other sums farthest from its own, and the seed it moved most
@@ -935,7 +716,7 @@ def render_seeds() -> list[str]:
     if SCREENS:
         before = load(BEFORE)
         screens = [(file, what + differs(screen, before), sweep_runs(screen)) for file, what in SCREENS
-                   if (MEASURED / f"{file}.json").is_file() for screen in [load(file)]]
+                   for screen in [load(file)]]
         earlier = f"{BEFORE_WHAT}; {before.get('eval_rows', 200)} held-out sums"
         screens.insert(0, (BEFORE, earlier, sweep_runs(before)))
         seeds = list(dict.fromkeys([*by, *(sd for _, _, runs in screens for sd in runs)]))
@@ -1017,102 +798,9 @@ def render_seeds() -> list[str]:
     return lines
 
 
-def render_readiness() -> list[str]:
-    """docs/measured.md's pre-flight section: its verdict at the start of runs whose outcome is known (issue 52)."""
-    data = load("readiness")
-    runs, cpu = data["runs"], data["cpu"]
-    lines = ["## Will the run learn? The pre-flight against real runs", "",
-             f"Notebook 03's pre-flight (`helpers.readiness.check`) samples {data['groups']} training prompts, a group "
-             "each, from the model as GRPO will get it, and says go or fix first; its thresholds were set before any "
-             f"of these runs. `bench/readiness.py` (`readiness.json`, commit {data['commit']}, {data['date']}, "
-             f"{cpu['model']}, {cpu['cores']} cores, {cpu['capability']}{' with AMX' if cpu.get('amx') else ''}, "
-             f"{cpu['threads']} thread) ran it at the start "
-             f"of {len(runs)} runs whose outcome is known. For a stored run (`bench/measured/<file>`) the same starting "
-             "point is rebuilt (seed, rows, warm-up) and only the pre-flight runs; "
-             + ", ".join(r["name"] for r in runs if not r["stored"])
-             + " trained here (`bench/learning.py`, 20 steps of the recipe on that level). A run *learned* when GRPO's own gain (held-out accuracy "
-             f"after GRPO minus after the warm-up) is at least {100 * data['learned_min']:.0f} points; the verdict "
-             "*hits* when it "
-             "says go to a run that learned or fix first to one that did not. *Teach*: groups with an advantage that "
-             "is not 0 on a completion the loss counts; *cut*: completions with no end within "
-             "`max_completion_length`; pass@G: groups where a completion solves its sum.", "",
-             "| run | outcome from | teach | cut | format | pass@G | verdict | GRPO's gain | hit |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for r in runs:
-        f, v = r["readiness"]["figures"], r["readiness"]["verdict"]
-        said = "go" if v["verdict"] == "go" else f"fix first: {v['change'].split(':')[0].split(' (9')[0]}"
-        lines.append(f"| {r['name']} | {'`' + Path(r['stored']).name + '`' if r['stored'] else 'trained here'} | "
-                     f"{pct(f['learnable'])} | {pct(f['truncated'])} | {pct(f['format'])} | {pct(f['pass_at_g'])} "
-                     f"(G={f['group_size']}) | {said} | {100 * r['outcome']['grpo_gain']:+.1f} | "
-                     f"{'yes' if r['hit'] else '**no**'} |")
-    seconds = sorted(r["readiness"]["seconds"] for r in runs)
-    own = [(r["name"], r["readiness"]["seconds"] / r["outcome"]["seconds_per_step"]) for r in runs
-           if r["outcome"].get("seconds_per_step")]
-    part = [r for r in runs if "fewer_groups_first_rule" in r["readiness"]]
-    same = {n: sum(r["readiness"]["fewer_groups_first_rule"][n] == r["readiness"]["first_rule"] for r in part)
-            for n in ("2", "4")}
-    verified = [r for r in runs if r.get("verified")]
-    gains = [r["outcome"]["grpo_gain"] for r in runs if r["family"].startswith("the recipe")]
-    passes = [r["readiness"]["figures"]["pass_at_g"] for r in runs if r["family"].startswith("the recipe")]
-    least = min(r["readiness"]["figures"]["pass_at_g"] for r in runs if r["readiness"]["verdict"]["verdict"] == "go")
-    changed = [f"{r['name']} (GRPO's gain {100 * r['outcome']['grpo_gain']:+.1f})" for r in runs
-               if r["readiness"]["first_rule"] != r["readiness"]["verdict"]["verdict"]]
-    lines += ["", f"The verdict hit {data['hits']} of {len(runs)} runs ({pct(data['hit_rate'])})"
-              + (f"; it missed: {', '.join(data['missed'])}." if data["missed"] else ".")
-              + f" That is the rule as it is now, which counts cut completions against a run only where the loss "
-              "drops them (`mask_truncated_completions=True`): unmasked, a cut completion scores low and teaches the "
-              f"model to stop. The rule as first written counted them either way and hit {data['first_rule_hits']} "
-              f"of {len(runs)}" + (f" (it differs on {', '.join(changed)})" if changed else "")
-              + "; the change was made after seeing these runs, so the hit rate above is measured on the runs that "
-              "prompted it, not an independent test.",
-              "",
-              f"Cost: {seconds[0]:.0f} to {seconds[-1]:.0f} s a pre-flight here, on a machine other jobs loaded "
-              "(load averages of 6 to 9 on its 2 cores while these ran)"
-              + "".join(f"; in the {name} run, {x:.1f} of its own GRPO steps under the same load, "
-                        f"{pct(x / 30)} of the recipe's 30" for name, x in own)
-              + f" (the bound is 10% of the budget). With only its first 4 groups the first rule's verdict was the "
-              f"same in {same['4']} of {len(part)} runs, with 2 in {same['2']}."
-              + (" The starting points are rebuilt, not assumed: the warmed model scored "
-                 + ", ".join(f"{pct(r['verified']['after_warmup'])} on {r['name']}'s {r['verified']['eval_rows']} "
-                             f"held-out sums (stored: {pct(r['outcome']['after_warmup'])})" for r in verified)
-                 + "." if verified else ""),
-              "",
-              "What it cannot predict: what the updates do. A learning rate that collapses the run starts from the "
-              "same model as one that learns, so the pre-flight judges the start only (learning rate 1e-3 above; "
-              "with groups of 4 on seed 1 it said fix first for another reason, a start where no sampled answer was "
-              "right, and that run collapsed at 3e-4); the watch's warnings during training (`entropy-collapse`, "
-              "`no-reward-spread`) catch a collapse."
-              + "".join(f" Nor a start near where 30 steps of the recipe end: {r['name']} began at "
-                        f"{pct(r['outcome']['after_warmup'])} (greedy, held out) and gained "
-                        f"{100 * r['outcome']['grpo_gain']:+.1f}; the pre-flight, sampling at temperature 1, saw "
-                        f"{pct(r['readiness']['figures']['format'])} in the format and said go." for r in runs
-                        if not r["hit"] and r["family"].startswith("warm-up on the training level"))
-              + " It does not say how much a run will gain: the recipe's seeds "
-              f"here gained {100 * min(gains):+.0f} to {100 * max(gains):+.0f} points from pass@8 of "
-              f"{pct(min(passes))} to {pct(max(passes))}. A few groups "
-              f"are a small sample: the go with the least margin rested on {pct(least)} of its groups solved "
-              f"({round(least * data['groups'])} in {data['groups']}). On `colab-t4` it is not measured: an estimate, labelled so, is one "
-              "batched generation of 8 prompts x 6 completions up to 512 tokens, about the time of a few of its "
-              "training steps, a few percent of the 45-minute budget."]
-    return lines
-
-
-def render_doc() -> str:
-    """docs/measured.md: the seeds first, then every other benchmark."""
-    return "\n".join([
-        "# Measured", "",
-        "<!-- doc:start (dev/measured.py --write, from bench/measured/*.json: edit that script, not this file) -->",
-        "",
-        "Every number here is the output of a benchmark on the project's 2-core CPU machine "
-        "(`bench/measured/<name>.json` is what `python bench/<name>.py` printed). The README shows the headline "
-        "numbers and this figure:", "",
-        "![Held-out accuracy while GRPO trains](figures/learning.png)", "",
-        *render_seeds(), "",
-        *render_details(), "", *render_readiness(), "", "<!-- doc:end -->", ""])
-
 
 def render_colab() -> str:
-    """What the install cell changes on Colab's image, from ``bench/measured/gpu_pins.json``."""
+    """What the install cell changes on Colab's image, from ``bench/measured/gpu/gpu_pins.json``."""
     pins = load("gpu_pins")
     changed = ", ".join(f"{k} {a} → {b}" for k, (a, b) in pins["changed"].items())
     added = ", ".join(f"{k} {v}" for k, v in pins["added"].items())
@@ -1121,7 +809,7 @@ def render_colab() -> str:
         COLAB_START,
         f"Asked of pip{' on ' + pins['asked'] if pins.get('asked') else ''} against Colab's published GPU image "
         f"(Python {pins['python']}; `make gpu-pins`, "
-        f"`bench/measured/gpu_pins.json`): the install keeps {trio} "
+        f"`bench/measured/gpu/gpu_pins.json`): the install keeps {trio} "
         f"{'and ipywidgets' if pins['ipywidgets_kept'] else 'but not ipywidgets'}; it upgrades {changed}; "
         f"it adds {added}.",
         "",

@@ -4,7 +4,8 @@ A quoted number carries an HTML comment right after it (invisible when the markd
 
     GRPO takes it to 78%<!--bench learning.json after.accuracy--> (+41<!--bench learning.json grpo_gain--> points)
 
-``FILE`` is a file of ``bench/measured/``; ``PATH`` is dot-separated keys (a key may hold ": ",
+``FILE`` is a file of ``bench/measured/`` by its short name (``judge.json`` is ``judge/judge.json``: names are unique
+across the family folders, bench/measured/INDEX.md); ``PATH`` is dot-separated keys (a key may hold ": ",
 as ``field: item``), a list element picked by index (``runs.0``) or by a field's value (``runs.seed=1``). The number just
 before the comment is compared with the value, scaled: x100 when the number is followed by ``%`` or the comment by
 "point(s)", else x1, or the scale given as a third word (``x100``, ``x1``, ``/60`` for seconds shown as minutes);
@@ -89,6 +90,15 @@ def shown_number(before: str) -> tuple[str, str] | None:
     return (found.group("number"), found.group("unit") or "") if found else None
 
 
+def stored(file: str, measured: Path = MEASURED) -> Path:
+    """The file an annotation names by its short name: in a family folder (``judge/judge.json``) or at the top."""
+    found = [measured / file] if (measured / file).is_file() else sorted(measured.glob(f"*/{file}"))
+    if len(found) != 1:
+        raise QuoteError(f"bench/measured/*/{file} does not exist" if not found else
+                         f"{len(found)} files are called {file}: {', '.join(str(p.relative_to(measured)) for p in found)}")
+    return found[0]
+
+
 def check(text: str, where: str, measured: Path = MEASURED) -> Iterator[Quote]:
     """Every annotation in ``text`` with the verdict on its number."""
     cache: dict[str, Any] = {}
@@ -106,9 +116,7 @@ def check(text: str, where: str, measured: Path = MEASURED) -> Iterator[Quote]:
             if not number:
                 raise QuoteError("no number right before the annotation")
             if file not in cache:
-                if not (measured / file).is_file():
-                    raise QuoteError(f"bench/measured/{file} does not exist")
-                cache[file] = json.loads((measured / file).read_text())
+                cache[file] = json.loads(stored(file, measured).read_text())
             value = value_at(cache[file], path)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise QuoteError(f"the value is {value!r}, not a number")

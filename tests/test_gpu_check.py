@@ -116,7 +116,7 @@ def test_install_and_the_image_requirements(tmp_path):
 
 def test_t4_emulation_shows_a_t4_to_unsloth_and_the_real_gpu_to_the_kernel_compilers(monkeypatch):
     """Told 7.5 on an H100, Triton built sm_75 kernels the GPU could not load (the first GPU run, 2026-11-27,
-    bench/measured/gpu_check_first_t4like.json): Triton and torch's compilers must read the real capability."""
+    bench/measured/gpu/gpu_check_first_t4like.json): Triton and torch's compilers must read the real capability."""
     import torch
 
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))

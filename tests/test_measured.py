@@ -47,7 +47,7 @@ def test_cpu_profile_minutes_are_the_measured_ones(profile):
     assert not set(measured) & set(estimated), f"{sorted(set(measured) & set(estimated))} both measured and estimated"
     assert not estimated or record.get("estimated_why"), "course.json lists estimated minutes without saying why"
     assert PROFILES[profile].minutes == {**measured, **estimated}, (
-        f"{profile}.minutes {PROFILES[profile].minutes} != bench/measured/course.json {measured} + estimates {estimated}")
+        f"{profile}.minutes {PROFILES[profile].minutes} != bench/measured/course/course.json {measured} + estimates {estimated}")
 
 
 def test_the_readme_profile_table_adds_up_the_profiles_minutes():
@@ -74,7 +74,7 @@ def test_pips_stored_answer_covers_every_pin_of_the_gpu_install():
             name = canonical(name)
             if version not in (image.get(name), pins["added"].get(name), pins["changed"].get(name, [None, None])[1]):
                 stale.append(req)
-    assert not stale, f"bench/measured/gpu_pins.json predates {stale}: run `make gpu-pins` and store its JSON there"
+    assert not stale, f"bench/measured/gpu/gpu_pins.json predates {stale}: run `make gpu-pins` and store its JSON there"
 
 
 def test_the_colab_section_is_what_pip_answered():
@@ -114,7 +114,7 @@ def test_the_plan_fits_three_hours_and_each_slot_holds_its_notebook():
     measured, estimated = record["minutes"], record.get("estimated_minutes", {})
     for notebook in (p.stem for p in course_notebooks()):
         assert notebook in measured or (notebook in estimated and notebook in AFTER), (
-            f"{notebook} is not in bench/measured/course.json: run bench/course.py")
+            f"{notebook} is not in bench/measured/course/course.json: run bench/course.py")
         if notebook in AFTER:
             assert notebook not in slots
             continue
@@ -211,14 +211,15 @@ def test_each_seed_was_scored_on_other_seeds_sums_and_its_own_reproduces():
 def test_docs_measured_reports_every_variant_and_says_whether_the_targets_hold():
     """Issue 37: every recipe variant measured is in the table, also those that did not help, and the targets'
     verdict follows the stored seeds (a recipe that misses them cannot be reported as meeting them)."""
-    from dev.measured import BEFORE, MEASURED, SCREENS, SEEDS, TARGETS, differs, render, render_doc, stats, sweep_runs
+    from bench import archive
+    from dev.measured import BEFORE, SCREENS, SEEDS, TARGETS, differs, render, render_doc, stats, sweep_runs
 
     doc = render_doc()
     assert SCREENS, "no recipe variant listed"
     recipe = load(BEFORE)  # the variants each change the earlier recipe, which the table lists under the course's
     assert f"`{SEEDS}.json` |" in doc and f"`{BEFORE}.json` |" in doc
     for file, what in SCREENS:
-        assert (MEASURED / f"{file}.json").is_file(), f"{file}.json, a variant docs/measured.md lists, is missing"
+        assert archive.exists(file), f"{file}.json, a variant docs/measured.md lists, is missing"
         screen = load(file)
         label = what + differs(screen, recipe)
         assert f"| {label} | `{file}.json` |" in doc

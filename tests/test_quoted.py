@@ -86,7 +86,7 @@ def test_every_quoted_number_in_the_notebooks_and_docs_matches_its_json():
 
 
 #: A markdown paragraph that names a stored measurement (``bench/...``, a ``bench/measured`` file).
-CITES = re.compile(r"bench/|\b(" + "|".join(re.escape(p.name) for p in sorted(MEASURED.glob("*.json"))) + r")\b")
+CITES = re.compile(r"bench/|\b(" + "|".join(re.escape(p.name) for p in sorted(MEASURED.glob("*/*.json"))) + r")\b")
 #: A percentage, "N points", or seconds a step: the kinds of number a measurement gives.
 MEASURE = re.compile(r"(?<![\w.])[+\-]?\d[\d,]*(?:\.\d+)?(?:\s?%| points?\b| s a step| s/step)")
 GENERATED = re.compile(r"<!-- (\w+):start.*?<!-- \1:end -->", re.S)

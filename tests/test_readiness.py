@@ -15,9 +15,9 @@ from helpers.readiness import SETTINGS, Figures, Plan, check, decide, main, plan
 from helpers.training import grpo_kwargs
 
 ROOT = Path(__file__).resolve().parents[1]
-STORED = ROOT / "bench" / "measured" / "readiness.json"
+STORED = ROOT / "bench" / "measured" / "readiness" / "readiness.json"
 
-#: cpu-demo's recipe after its warm-up, seed 3407, as the pre-flight measured it (bench/measured/readiness.json):
+#: cpu-demo's recipe after its warm-up, seed 3407, as the pre-flight measured it (bench/measured/readiness/readiness.json):
 #: the run learned (+40 points).
 HEALTHY = Figures(groups=8, group_size=8, limit=32, masked=False, temperature=1.0, spread=1.0, learnable=1.0,
                   truncated=0.421875, format=0.390625, headline=0.046875, pass_at_g=0.125, solved_all=0.0,
@@ -54,7 +54,7 @@ def test_all_truncated_without_an_end_in_sight_warms_up_first():
 
 def test_cut_completions_the_loss_keeps_are_no_reason_to_stop():
     """Unmasked, a cut completion scores low and teaches the model to stop: recipe seed 1 started with 58% cut and
-    gained 45 points (bench/measured/readiness.json). Masked, the same start would learn from few completions."""
+    gained 45 points (bench/measured/readiness/readiness.json). Masked, the same start would learn from few completions."""
     cut = dataclasses.replace(HEALTHY, truncated=0.58, pass_at_g=0.5)
     assert decide(cut, PLAN).verdict == "go"
     assert decide(dataclasses.replace(cut, masked=True), PLAN).settings == {"warmup_examples": 32}

@@ -462,7 +462,7 @@ def test_the_same_recipe_runs_on_two_cpu_processes(warm_recipe, tmp_path):
 
 
 def test_readme_quotes_what_two_processes_cost_as_measured():
-    measured = json.loads((ROOT / "bench" / "measured" / "cpu_processes.json").read_text())
+    measured = json.loads((ROOT / "bench" / "measured" / "speed" / "cpu_processes.json").read_text())
     section = SCALING.read_text()
     sides = [measured[k] for k in ("processes_1", "processes_1_one_thread", "processes_2")]
     for side in sides:

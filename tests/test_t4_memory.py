@@ -86,7 +86,7 @@ def test_the_estimate_grows_with_the_completion_and_orders_its_stages():
 
 
 def test_the_stored_estimate_is_what_the_script_computes():
-    stored = json.loads((ROOT / "bench" / "measured" / "t4_memory.json").read_text())
+    stored = json.loads((ROOT / "bench" / "measured" / "gpu" / "t4_memory.json").read_text())
     assert stored["estimate"] is True and "estimated, not measured" in stored["what"]
     assert stored["command"].startswith("python bench/t4_memory.py") and stored["commit"] and stored["date"]
     assert stored["machine"]["cpu_capability"] and stored["counted"] and stored["not_counted"]

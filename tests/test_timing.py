@@ -52,8 +52,8 @@ def test_the_held_out_evaluations_and_the_preflight_come_out_of_the_budget():
 
 
 def test_the_evaluation_count_is_the_callbacks_own_on_a_stored_run():
-    """bench/measured/learning.json: cpu-demo's 30 steps scored the held-out slice at 5 steps (7, 14, 21, 28, 30)."""
-    run = json.loads((ROOT / "bench" / "measured" / "learning.json").read_text())
+    """bench/measured/learning/learning.json: cpu-demo's 30 steps scored the held-out slice at 5 steps (7, 14, 21, 28, 30)."""
+    run = json.loads((ROOT / "bench" / "measured" / "learning" / "learning.json").read_text())
     demo = PROFILES["cpu-demo"]
     every = watch_every(demo.max_steps, demo.watch_evals)
     timed = StepTiming("cpu-demo", (run["seconds_per_step"],) * 2, demo.max_steps, demo.time_budget_minutes, True,

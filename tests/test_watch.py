@@ -8,7 +8,10 @@ from pathlib import Path
 import pytest
 from helpers.watch import DISTINCT, FIXES, OVERLAP, RunWarning, diagnose, group_diversity, watch_every
 
-MEASURED = Path(__file__).resolve().parents[1] / "bench" / "measured"
+from bench import archive
+
+#: Two stored runs only this file reads (bench/learning.py's JSON, kept as fixtures); the others are in the archive.
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
 def history(n=12, **series):
@@ -113,10 +116,8 @@ def test_watch_every_spreads_the_evaluations_over_the_run():
 
 
 def stored(name):
-    path = MEASURED / name
-    if not path.is_file():
-        pytest.fail(f"{path} is missing: it is the stored history this test reads (bench/learning.py's JSON)")
-    return json.loads(path.read_text())
+    """A stored run's JSON (bench/learning.py's): a fixture of this file's, else the archive's (a missing one fails)."""
+    return json.loads((FIXTURES / name if (FIXTURES / name).is_file() else archive.path(name)).read_text())
 
 
 @pytest.mark.parametrize("name, expected", [
@@ -125,7 +126,7 @@ def stored(name):
     # temperature 0.7, seed 1: the slice 56% -> 50% -> 38% at the end while the reward rose
     ("history_t07.json", ["entropy-collapse", "heldout-falling"]),
     # groups of 4, seed 3407, one thread: 34% -> 73%, nothing to name. The same recipe and seed on two threads
-    # collapsed to 0% (bench/measured/learning_curve_ng4.json, no per-step history stored): which run dies is
+    # collapsed to 0% (bench/measured/learning_curve/learning_curve_ng4.json, no per-step history stored): which run dies is
     # decided by more than the seed.
     ("history_ng4.json", []),
     # the same groups of 4 on seed 1, one thread: 17% after the warm-up, 0% after GRPO; entropy 0.69 -> 0.16 by step
@@ -366,7 +367,7 @@ def test_watch_and_callbacks_do_not_import_each_other_and_the_watch_loads_no_tor
     import sys
     import helpers.watch as watch
 
-    root = MEASURED.parents[1]
+    root = FIXTURES.parents[1]
     tree = ast.parse((root / "helpers" / "watch.py").read_text())
     imported = {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)} | {
         alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
