@@ -15,6 +15,7 @@ Example:
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -67,3 +68,20 @@ def load(name: str) -> Any:
 def files() -> list[Path]:
     """Every stored file, family by family."""
     return sorted(MEASURED.glob("*/*.json"))
+
+
+def stamped(result: dict) -> dict:
+    """``result`` headed by what produced it, as INDEX.md lists it: ``command`` (this process's), ``commit``, ``date``
+    and ``machine`` (``bench.record``'s), each where ``result`` does not say it already. A bench script prints this.
+
+    >>> sorted(stamped({"accuracy": 0.5}))
+    ['accuracy', 'command', 'commit', 'date', 'machine']
+    """
+    if str(MEASURED.parents[1]) not in sys.path:  # run as `python bench/x.py`: the project is not on the path
+        sys.path.insert(0, str(MEASURED.parents[1]))
+    from bench import record
+
+    out = {"command": " ".join(["python", *sys.argv]), "commit": record.commit(), "date": record.stamp(), **result}
+    mine = result.get("machine")
+    out["machine"] = {**record.machine(), **mine} if isinstance(mine, dict) else mine or record.machine()
+    return out

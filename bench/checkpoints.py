@@ -97,9 +97,10 @@ def main() -> int:
                   f"{summary[task.headline]:.3f}", file=sys.stderr, flush=True)
     by_step = {str(s): {"mean": round(statistics.fmean(v), 4), "min": min(v), "max": max(v)}
                for s in args.steps if (v := [r[headline] for r in scored if r["step"] == s])}
-    print(json.dumps({"command": "python bench/checkpoints.py " + " ".join(sys.argv[1:]),
+    from archive import stamped  # bench/archive.py: the command, commit, date and machine
+    print(json.dumps(stamped({"command": "python bench/checkpoints.py " + " ".join(sys.argv[1:]),
                       **({"held_out_of": other_seed} if other is not None else {}),
-                      "runs": scored, "by_step": by_step}, indent=1))
+                      "runs": scored, "by_step": by_step}), indent=1))
     return 0
 
 

@@ -74,7 +74,8 @@ def main() -> int:
         print(f"bench/course: {name}", file=sys.stderr)
         cmd, env = JOBS[name]
         result[name] = timed(cmd, env)
-    print(json.dumps(result))
+    from archive import stamped  # bench/archive.py: the command, commit, date and machine
+    print(json.dumps(stamped(result)))
     return 0
 
 

@@ -103,7 +103,8 @@ def main() -> int:
     out["speedup_vs_one_thread"] = round(out["processes_1_one_thread"]["median_step_s"]
                                          / out["processes_2"]["median_step_s"], 2)
     out["loadavg_1min_end"] = round(os.getloadavg()[0], 2)
-    print(json.dumps(out))
+    from archive import stamped  # bench/archive.py: the command, commit, date and machine
+    print(json.dumps(stamped(out)))
     return 0
 
 

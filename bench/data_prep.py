@@ -75,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     total = time.perf_counter() - t0
     rows_in = card["counts"]["rows"]["loaded"]
     log(f"prepared in {total:.1f}s")
-    print(json.dumps({
+    from archive import stamped  # bench/archive.py: the command, commit, date and machine
+    print(json.dumps(stamped({
         "benchmark": "data_prep",
         "available": True,
         "data": str(data),
@@ -93,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         "tokenizer_load_seconds": round(tokenizer_s, 3),
         "load_prepared_seconds": round(load_back_s, 3),
         "cpus": os.cpu_count(),
-    }))
+    })))
     return 0
 
 

@@ -84,7 +84,8 @@ def main() -> int:
         "projected_notebook_04_eval_seconds": round(total / (2 * n) * 3 * profile.eval_prompts, 1),
         "eval_prompts": profile.eval_prompts,
     }
-    print(json.dumps(out))
+    from archive import stamped  # bench/archive.py: the command, commit, date and machine
+    print(json.dumps(stamped(out)))
     return 0
 
 

@@ -69,7 +69,8 @@ def main() -> int:
         out = train_grpo(profile, run, model=model, tokenizer=tok, resume=False, warmup=False, live=False,
                          callbacks=[Curve()])
     times = [h["step_time"] for h in out["trainer"].state.log_history if "step_time" in h]
-    print(json.dumps({
+    from archive import stamped  # bench/archive.py: the command, commit, date and machine
+    print(json.dumps(stamped({
         "task": profile.task, "headline": task.headline, "format_metric": task.format_metric, "curve": curve,
         "eval": {"rows": len(held_out), "decoding": "greedy"}, "steps": out["summary"]["global_step"],
         "seconds_per_step": round(sum(times) / max(1, len(times)), 2),
@@ -79,7 +80,7 @@ def main() -> int:
         "precision": bits, "machine": {"cpus": os.cpu_count(), "threads": torch.get_num_threads(),
                                        "loadavg_1min_end": round(os.getloadavg()[0], 2)},
         "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
-    }))
+    })))
     return 0
 
 

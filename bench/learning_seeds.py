@@ -126,13 +126,14 @@ def main() -> int:
         of = {(r["precision"], r["seed"]): r for r in runs}
         paired = {m: [round(of["bf16", s][m] - of["fp32", s][m], 4) for s in args.seeds] for m in METRICS
                   if all(of[p, s][m] is not None for p in ("bf16", "fp32") for s in args.seeds)}
-    print(json.dumps({"task": args.task, "steps": args.steps, "seeds": args.seeds, "set": args.set,
+    from archive import stamped  # bench/archive.py: the command, commit, date and machine
+    print(json.dumps(stamped({"task": args.task, "steps": args.steps, "seeds": args.seeds, "set": args.set,
                       **({"config": args.config} if args.config else {}),
                       **({"rewards": args.rewards} if args.rewards else {}),
                       "eval_rows": args.eval_rows, "threads": args.threads,
                       **({"included": sources} if sources else {}),
                       "command": " ".join(["python bench/learning_seeds.py", *sys.argv[1:]]), "runs": runs,
-                      "by_precision": by_precision, "paired": paired}, indent=1))
+                      "by_precision": by_precision, "paired": paired}), indent=1))
     return 0
 
 

@@ -108,6 +108,7 @@ def summarize(out: dict) -> dict:
 
 
 def main() -> int:
+    from archive import stamped  # bench/archive.py: the command, commit, date and machine
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--task", default="arithmetic")
     ap.add_argument("--profile", default="cpu-demo")
@@ -231,8 +232,8 @@ def main() -> int:
                               "loadavg_1min_start": round(load_start, 2), "loadavg_1min_end": round(os.getloadavg()[0], 2)}
             out["summary"] = summarize(out)
             if args.json:
-                Path(args.json).write_text(json.dumps(out) + "\n")
-    print(json.dumps(out))
+                Path(args.json).write_text(json.dumps(stamped(out)) + "\n")
+    print(json.dumps(stamped(out)))
     return 0
 
 

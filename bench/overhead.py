@@ -94,7 +94,8 @@ def main() -> int:
         for kind in (("bare", "course") if r % 2 == 0 else ("course", "bare")):
             times[kind] += one(kind)
     bare, course = statistics.median(times["bare"]), statistics.median(times["course"])
-    print(json.dumps({
+    from archive import stamped  # bench/archive.py: the command, commit, date and machine
+    print(json.dumps(stamped({
         "profile": profile.name,
         "steps_timed_per_side": len(times["bare"]),
         "bare_trl_median_step_s": round(bare, 3),
@@ -105,7 +106,7 @@ def main() -> int:
         "course_steps": [round(t, 3) for t in times["course"]],
         "threads": torch.get_num_threads(),
         "loadavg_1min_end": round(os.getloadavg()[0], 2),
-    }))
+    })))
     return 0
 
 

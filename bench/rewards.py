@@ -159,7 +159,8 @@ def main() -> int:
     log("trl accuracy_reward on pathological answers")
     result["trl_accuracy_reward_worst_case"] = trl_accuracy_worst_case()
     result["machine"] = {"cpus": os.cpu_count(), "python": platform.python_version()}
-    print(json.dumps(result))
+    from archive import stamped  # bench/archive.py: the command, commit, date and machine
+    print(json.dumps(stamped(result)))
     return 0
 
 

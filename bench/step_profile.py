@@ -460,7 +460,8 @@ def main() -> int:
                                 "speedup": round(today["wall_s"] / course["wall_s"], 2),
                                 "speedup_cpu_time": round(today["cpu_s"] / course["cpu_s"], 2),
                                 "speedup_per_round": [round(x, 2) for x in per_round]}
-    print(json.dumps({
+    from archive import stamped  # bench/archive.py: the command, commit, date and machine
+    print(json.dumps(stamped({
         "command": "python bench/step_profile.py " + " ".join(sys.argv[1:]),
         "profile": args.profile, "task": args.task, "rounds": args.rounds, "steps_per_worker": args.steps,
         "variants": {v: VARIANTS[v] for _, v in runs}, "machines": {m: MACHINES[m] for m, _ in runs},
@@ -468,7 +469,7 @@ def main() -> int:
         "machine": {"cpus": os.cpu_count(), "loadavg_start": [round(x, 2) for x in load_start],
                     "loadavg_end": [round(x, 2) for x in os.getloadavg()], "seconds": round(time.time() - started),
                     "note": "a machine shared with other work: the load average says how busy; variants alternate"},
-    }))
+    })))
     return 0
 
 

@@ -163,7 +163,8 @@ def main() -> int:
                     "cpu_capability": torch.backends.cpu.get_cpu_capability(),
                     "loadavg_1min_start": round(load_start, 2), "loadavg_1min_end": round(os.getloadavg()[0], 2)},
     }
-    text = json.dumps(out, default=str)
+    from archive import stamped  # bench/archive.py: the command, commit, date and machine
+    text = json.dumps(stamped(out), default=str)
     if args.json:
         Path(args.json).write_text(text + "\n")
     print(text)

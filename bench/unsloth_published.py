@@ -95,7 +95,8 @@ def main() -> int:
         text = (subprocess.run(["git", "-C", str(args.notebooks), "show", f"HEAD:{path}"], capture_output=True,
                                text=True, check=True).stdout if commit else (args.notebooks / path).read_text())
         runs[name] = {"path": path, **read_run(json.loads(text))}
-    print(json.dumps({"source": {"repository": "github.com/unslothai/notebooks", "commit": commit}, "runs": runs},
+    from archive import stamped  # bench/archive.py: the command, commit, date and machine
+    print(json.dumps(stamped({"source": {"repository": "github.com/unslothai/notebooks", "commit": commit}, "runs": runs}),
                      indent=1))
     return 0
 

@@ -45,8 +45,9 @@ with contextlib.redirect_stdout(sys.stderr):
     res = evaluate(model, tok, held, task, eval_settings(profile),
                    chat_template_kwargs=get_model_spec(profile.model).chat_template_kwargs)
 lens = [len(tok(task.reference(r))["input_ids"]) for r in task.make_rows(profile.warmup_level, 4, 0)]
-print(json.dumps({"task": task_key, "seed": seed, "warmup_level": profile.warmup_level,
+from archive import stamped  # bench/archive.py: the command, commit, date and machine
+print(json.dumps(stamped({"task": task_key, "seed": seed, "warmup_level": profile.warmup_level,
                   "max_len": profile.max_completion_length,
                   "summary": {k: v for k, v in res["summary"].items() if k != "rewards"}, "warmup": w,
                   "ref_tokens": lens, "overlap_warmup_heldout": overlap, "seconds": round(time.time() - t),
-                  "wrong": [(r["answer"], r["completion"]) for r in res["rows"] if not r["accuracy"]][:10]}))
+                  "wrong": [(r["answer"], r["completion"]) for r in res["rows"] if not r["accuracy"]][:10]})))

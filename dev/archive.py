@@ -3,11 +3,12 @@
     python dev/archive.py            # print the index
     python dev/archive.py --write    # rewrite bench/measured/INDEX.md
 
-A result says these itself (``command``, ``commit``, ``date`` and ``machine`` or ``cpu``; ``bench/record.py`` writes
-them). For a file stored before results did, ``bench/measured/from_git.json`` keeps what ``git log`` says: the commit
-that stored the file and that commit's date, with the file's git blob hash (tests/test_archive.py fails when the file
-has changed since: a new result records its own, and checks that each of those commits holds the file). The command
-and machine of such a file are not guessed: ``git show COMMIT`` has the commit's own account.
+A result says these itself (``command``, ``commit``, ``date`` and ``machine`` or ``cpu``: a bench script prints
+``bench.archive.stamped(result)``, which takes them from ``bench/record.py``). For a file stored before results did,
+``bench/measured/from_git.json`` keeps what ``git log`` says: the commit that stored the file and that commit's date,
+with the file's git blob hash (tests/test_archive.py fails when the file has changed since, since a new result records
+its own, and checks that each of those commits holds the file). The command and machine of such a file are not
+guessed: ``git show COMMIT`` has the commit's own account.
 
 Example:
     >>> machine({"machine": {"cpu": "Intel(R) Xeon(R) Processor", "cpus": 2, "cpu_capability": "AVX512"}})
@@ -59,6 +60,7 @@ def recorded(data: Any) -> dict[str, str | None]:
     """What a result says of itself: command, commit, date, machine (None where it says nothing)."""
     data = data if isinstance(data, dict) else {}
     said = {k: data[k] if isinstance(data.get(k), str) else None for k in ("command", "commit", "date")}
+    said["commit"] = said["commit"] or data.get("stored_at_commit")  # dev/gpu_check.py store's
     runs = [r for r in data.get("runs") or [] if isinstance(r, dict) and r.get("command")]
     if said["command"] is None and runs:  # each run keeps its own
         said["command"] = runs[0]["command"] + (f" (and {len(runs) - 1} more, in `runs`)" if len(runs) > 1 else "")

@@ -179,7 +179,10 @@ def main() -> int:
     extras = ["gpu"]
     if "--extras" in sys.argv:
         extras = sys.argv[sys.argv.index("--extras") + 1].split(",")
-    result = check(extras)
+    sys.path.insert(0, str(ROOT))
+    from bench.archive import stamped  # the command, commit, date and machine, as bench/measured/INDEX.md lists them
+
+    result = stamped(check(extras))
     if "--report" in sys.argv:
         Path(sys.argv[sys.argv.index("--report") + 1]).write_text(json.dumps(result, indent=2))
     print(json.dumps(result))
