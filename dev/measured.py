@@ -8,8 +8,8 @@
 
 Each ``bench/measured/<family>/<name>.json`` is what a ``bench/`` script printed on the project's 2-core machine,
 committed as it was printed (bench/measured/INDEX.md: which command, commit, date and machine); this script names
-them by their short names (``bench.archive``). docs/measured.md is ``dev/measured_template.md`` with each
-``{{ expr }}`` filled from them: its prose is edited there. ``tests/test_measured.py`` fails when the README's block,
+them by their short names (``bench.archive``). docs/measured.md, the README's block and docs/colab-and-vllm.md's are
+``dev/templates/<that file>`` with each ``{{ expr }}`` filled from them: their prose is edited there. ``tests/test_measured.py`` fails when the README's block,
 docs/measured.md or the figure's data is not what this script writes from them, or when a profile's ``minutes``
 disagree with ``course.json``.
 """
@@ -143,19 +143,20 @@ def loss_type_finals(lt: dict) -> dict[str, list[float]]:
     return finals
 
 
-TEMPLATE = Path(__file__).resolve().parent / "measured_template.md"  #: docs/measured.md's prose, numbers as ``{{ expr }}``
+#: The generated text's prose, each named for the file it fills, numbers as ``{{ expr }}`` (``doc_namespace``).
+TEMPLATES = Path(__file__).resolve().parent / "templates"
 PLACEHOLDER = re.compile(r"\{\{ (.+?) \}\}")
 
 
 def require(ok: object, why: str) -> str:
     """For the template: stop the rendering where a sentence's claim no longer holds for the stored numbers."""
     if not ok:
-        raise ValueError(f"docs/measured.md would be wrong: {why}; rewrite the sentence in {TEMPLATE.name}")
+        raise ValueError(f"docs/measured.md would be wrong: {why}; rewrite the sentence in dev/templates/")
     return ""
 
 
 def doc_namespace() -> dict:
-    """The names ``measured_template.md`` reads: the stored results, and what is computed from them."""
+    """The names the templates read: the stored results, and what is computed from them."""
     from helpers.profiles import get_profile
     from helpers.tasks.orders import CPU_MAX_STEPS
 
@@ -171,7 +172,7 @@ def doc_namespace() -> dict:
                  c_lr1e3="learning_curve_lr1e3", c_ng4="learning_curve_ng4", c_r64="learning_curve_r64",
                  ng16="learning_ng16", ls="learning_seeds", sp="step_profile", js="learning_json", lt="loss_types",
                  gspo="loss_types_gspo", tools="tools", tools1="tools_seed1", rd="readiness")
-    ns.update({key: load(file) for key, file in names.items()})
+    ns.update({key: load(file) for key, file in names.items()}, pins=load("gpu_pins"))
     learning, sweep = ns["learning"], load(SEEDS)
     by = sweep_runs(sweep)
     passk = learning["pass_at_k"]
@@ -188,7 +189,8 @@ def doc_namespace() -> dict:
         recipe=learning["recipe"], warm=learning["after_warmup"], after=learning["after"], before=learning["before"],
         smoke=ns["course"]["course-smoke"], demo=ns["course"]["course-demo"], k=k, seed=learning["recipe"]["seed"],
         passk=", ".join(f"{SIDE.get(side, side)} {pct(c['1'])} → {pct(c[str(k)])}" for side, c in passk.items()),
-        sweep=sweep, by=by, st=stats(by), s20_by=s20_by, s20_mean=s20_mean, wu_by=wu_by, wu_mean=wu_mean,
+        sweep=sweep, by=by, st=stats(by), mean=next(iter(sweep["by_precision"].values())),
+        train=[r["train_seconds"] for r in by.values() if r.get("train_seconds")], rows=sweep.get("eval_rows", 200), split=shared_split(by), earlier=load(BEFORE), s20_by=s20_by, s20_mean=s20_mean, wu_by=wu_by, wu_mean=wu_mean,
         wu_set=dict(kv.split("=", 1) for kv in ns["wu"]["set"]), wu_first=next(iter(wu_by)), bp=bp,
         low_format=min(bp[p]["format"]["min"] for p in bp),
         span_of=lambda p, m, points=False: "{} ({} to {})".format(
@@ -236,14 +238,15 @@ def readiness_rows() -> str:
     return "\n".join(lines)
 
 
-def seeds_section() -> str:
-    return "\n".join(render_seeds())
+def fill(template: Path) -> str:
+    """``template`` with each ``{{ expr }}`` evaluated on the stored results (``doc_namespace``)."""
+    ns = doc_namespace()
+    return PLACEHOLDER.sub(lambda m: str(eval(m[1], ns)), template.read_text())  # noqa: S307 - our own template
 
 
 def render_doc() -> str:
-    """docs/measured.md: ``measured_template.md`` with each ``{{ expr }}`` evaluated on the stored results."""
-    ns = doc_namespace()
-    return PLACEHOLDER.sub(lambda m: str(eval(m[1], ns)), TEMPLATE.read_text())  # noqa: S307 - our own template
+    """docs/measured.md: ``templates/measured.md`` filled from the stored results."""
+    return fill(TEMPLATES / "measured.md")
 
 
 def sweep_name() -> str:
@@ -304,74 +307,8 @@ def png_description(path: Path = FIGURE) -> str | None:
 
 
 def render() -> str:
-    """The README's measured block: the figure, the headline numbers, and where the rest is."""
-    course, js = load("course"), load("learning_json")
-    name = sweep_name()
-    sweep = load(name)
-    by, mean = sweep_runs(sweep), next(iter(sweep["by_precision"].values()))
-    seeds = ", ".join(map(str, by))
-    train = [r["train_seconds"] for r in by.values() if r.get("train_seconds")]
-    lines = [
-        START,
-        f"![Held-out accuracy while GRPO trains, {len(by)} seeds of the cpu-demo recipe and the JSON task]"
-        f"(docs/figures/learning.png)",
-        "",
-        f"On the project's {course['cpus']}-core CPU machine; every number is the output of a benchmark "
-        "(`bench/measured/`, [its index](bench/measured/INDEX.md)), and [docs/measured.md](docs/measured.md) has the rest: every recipe variant "
-        "tried, precision, the step profile, the JSON task's variants, the loss types, the tool task.",
-        "",
-        "| what | measured | from |",
-        "|---|---|---|",
-        f"| what to expect on a laptop: arithmetic on `cpu-demo` after GRPO, seeds {seeds} ("
-        + (f"the same {sweep.get('eval_rows', 200)} held-out sums for every seed" if shared_split(by) is not None
-           else f"{sweep.get('eval_rows', 200)} held-out sums") + ", greedy) | "
-        f"{pct(mean['after']['mean'])} on average, {pct(mean['after']['min'])} to {pct(mean['after']['max'])}: "
-        f"one run lands anywhere in this spread | `{name}.json` |",
-        f"| ... after the warm-up, and GRPO's own gain | {pct(mean['after_warmup']['mean'])} on average; "
-        f"{100 * mean['grpo_gain']['mean']:+.1f} points ({100 * mean['grpo_gain']['min']:+.1f} to "
-        f"{100 * mean['grpo_gain']['max']:+.1f}) | `{name}.json` |",
-        f"| ... format after GRPO | {'at least ' if mean['format']['min'] < 1 else ''}{pct(mean['format']['min'])} "
-        f"on every seed | `{name}.json` |",
-    ]
-    quiet = [r["train_seconds"] for r in by.values()
-             if r.get("train_seconds") and max(x or 0 for x in r.get("loadavg_1min") or [0]) < 2.5]
-    alone = alone_minutes(sweep)
-    if alone is not None and train:  # the recipe as a learner runs it, then the sweep's one-thread runs
-        lines.append(f"| ... training time a seed (warm-up and GRPO, {sweep['steps']} steps) | {alone:.1f} min on "
-                     f"{load('learning')['machine']['threads']} threads, alone on the machine (`learning.json`); "
-                     f"{min(train) / 60:.1f} to {max(train) / 60:.1f} min on one thread each in the sweep | "
-                     f"`learning.json`, `{name}.json` |")
-    elif train:
-        lines.append(f"| ... training time a seed (warm-up and GRPO, {sweep['steps']} steps) | "
-                     f"{min(train) / 60:.1f} to {max(train) / 60:.1f} min"
-                     + (f" ({', '.join(f'{q / 60:.1f}' for q in quiet)} alone on the machine; the others shared "
-                        "its 2 cores with another run)" if quiet and len(quiet) < len(train) else "")
-                     + f" | `{name}.json` |")
-    if slow := load("learning_avx2"):  # an older laptop's CPU: what the budget buys there
-        lines.append(f"| ... on a slower CPU ({slow['machine']['cpu_capability']} only, no AVX-512), as a learner "
-                     f"runs it: the {slow['recipe']['time_budget_minutes']}-minute budget stops GRPO after "
-                     f"{slow['steps']} steps ({slow['seconds_per_step']:.1f} s a step), seed {slow['recipe']['seed']} | "
-                     f"{pct(slow['after_warmup'][slow['headline']])} → {pct(slow['after'][slow['headline']])} "
-                     f"({100 * slow['grpo_gain']:+.1f} points) | `learning_avx2.json` |")
-    if row := variants_row(by):
-        lines.append(row)
-    lines += [
-        f"| JSON task (notebook 05): schema-valid after GRPO; exact match | "
-        f"{pct(rate(js['after'], 'schema_valid'))}; {pct(rate(js['after_warmup'], 'exact_match'))} → "
-        f"{pct(rate(js['after'], 'exact_match'))} ({100 * js['grpo_gain']:+.1f} points) | `learning_json.json` |",
-    ]
-    if t := load("tools"):
-        lines.append(f"| tools (notebook 07): products through TRL's tool loop, base → warm-up → GRPO | "
-                     f"{pct(t['before']['accuracy'])} → {pct(t['after_warmup']['accuracy'])} → "
-                     f"{pct(t['after']['accuracy'])} ({t['after']['n']} held out, {t['steps']} GRPO steps) | "
-                     "`tools.json` |")
-    lines += [
-        f"| the course, `cpu-smoke` / `cpu-demo` | {course['course-smoke']['seconds']:.0f} s / "
-        f"{course['course-demo']['seconds']:.0f} s ({course['course-demo']['seconds'] / 60:.1f} min) | "
-        "`course.json` |",
-        END,
-    ]
-    return "\n".join(lines)
+    """The README's measured block: ``templates/README.md`` filled from the stored results."""
+    return fill(TEMPLATES / "README.md").rstrip("\n")
 
 
 def variants_row(by: dict[int, dict]) -> str | None:
@@ -630,69 +567,57 @@ def cpu_note(sweeps: list[tuple[str, dict]]) -> str | None:
             "under another CPU's rounding, as a different thread count is.")
 
 
-def render_seeds() -> list[str]:
-    """docs/measured.md's first section: the recipe over its seeds, the targets, and every variant measured."""
-    name = sweep_name()
-    sweep = load(name)
+def seeds_rows() -> str:
+    """docs/measured.md's table of the recipe's seeds, a row a seed and their mean."""
+    sweep = load(SEEDS)
     by, mean = sweep_runs(sweep), next(iter(sweep["by_precision"].values()))
-    rows, split = sweep.get("eval_rows", 200), shared_split(by)
-    lines = ["## The `cpu-demo` recipe, seed by seed", "",
-             f"`bench/learning_seeds.py --steps {sweep['steps']} --eval-rows {rows}` (`{name}.json`"
-             + (f"; every run with {', '.join(f'`{kv}`' for kv in sweep['set'])}" if sweep.get("set") else "")
-             + f"): the course's recipe, float32, one thread each; "
-             + (f"every seed trains on the same sums and is scored on the same {rows} held-out sums (`split_seed="
-                f"{split}`); each seed draws the warm-up's examples, the fresh adapter, the order of the training "
-                f"prompts and every sample. " if split is not None else
-                "each seed draws the sums (for training and held out), the warm-up's examples, the fresh adapter "
-                "and every sample. ")
-             + f"{rows} held-out sums, greedy. "
-               "Training is the warm-up and GRPO, the held-out slice scored while training included; the load "
-               "average says what else the machine ran.", "",
-             "| seed | after warm-up | after GRPO | GRPO's own gain | format | training (min) | load (1 min) |",
-             "|---|---|---|---|---|---|---|"]
+    lines = []
     for seed, r in by.items():
         load_avg = " → ".join(f"{x:.1f}" for x in r.get("loadavg_1min") or [] if x is not None)
         lines.append(f"| {seed} | {pct(r['after_warmup'])} | {pct(r['after'])} | {100 * r['grpo_gain']:+.1f} | "
                      f"{pct(r['format'])} | {minutes(r)} | {load_avg} |")
     lines.append(f"| mean | {pct(mean['after_warmup']['mean'])} | {pct(mean['after']['mean'])} | "
                  f"{100 * mean['grpo_gain']['mean']:+.1f} | {pct(mean['format']['mean'])} | | |")
+    return "\n".join(lines)
+
+
+def seeds_notes() -> str:
+    """The paragraphs after the seeds' table: the shared machine, the targets, the spread, the held-out sums."""
+    sweep = load(SEEDS)
+    by, mean = sweep_runs(sweep), next(iter(sweep["by_precision"].values()))
+    lines = []
     train = [r["train_seconds"] / 60 for r in by.values() if r.get("train_seconds")]
     shared = [seed for seed, r in by.items() if max(x or 0 for x in r.get("loadavg_1min") or [0]) >= 2.5]
     if shared:
-        lines += ["", (f"Seeds {', '.join(map(str, shared))} ran" if len(shared) > 1 else f"Seed {shared[0]} ran")
+        lines += [(f"Seeds {', '.join(map(str, shared))} ran" if len(shared) > 1 else f"Seed {shared[0]} ran")
                   + " while another run shared the 2 cores (a load average of 2.5 or more): "
                   + ("their" if len(shared) > 1 else "its") + " minutes are not the recipe's on a quiet machine."]
     show = lambda metric, x: f"{100 * x:+.1f} points" if metric == "grpo_gain" else pct(x)  # noqa: E731
     verdicts = [f"{label} ≥ {show_target(metric, bound)}: {show(metric, mean[metric][over])}, "
                 f"{'met' if mean[metric][over] >= bound else 'NOT met'}" for label, metric, over, bound in TARGETS]
-    alone = alone_minutes(sweep)
-    if alone is not None:  # the recipe alone on the machine's threads, as a learner runs it (bench/learning.py)
-        one = load("learning")
-        verdicts.append(f"training ≤ {TRAIN_MINUTES} min a seed: {alone:.1f} min for seed {one['recipe']['seed']} "
-                        f"alone on the machine (`learning.json`, {one['machine']['threads']} threads), "
-                        f"{'met' if alone <= TRAIN_MINUTES else 'NOT met'}")
-    elif train:
-        verdicts.append(f"training ≤ {TRAIN_MINUTES} min a seed: {min(train):.1f} to {max(train):.1f} min, "
-                        f"{'met' if max(train) <= TRAIN_MINUTES else 'NOT met'}")
+    alone, one = alone_minutes(sweep), load("learning")
+    require(alone is not None, "learning.json no longer runs the sweep's recipe")
+    verdicts.append(f"training ≤ {TRAIN_MINUTES} min a seed: {alone:.1f} min for seed {one['recipe']['seed']} "
+                    f"alone on the machine (`learning.json`, {one['machine']['threads']} threads), "
+                    f"{'met' if alone <= TRAIN_MINUTES else 'NOT met'}")
     met = all(v.endswith(", met") for v in verdicts)
-    lines += ["", f"The targets set for this recipe ({len(by)} seeds): " + "; ".join(verdicts) + ". "
+    lines += [f"The targets set for this recipe ({len(by)} seeds): " + "; ".join(verdicts) + ". "
               + ("Every target is met." if met else "**The recipe does not meet them**; the runs below are what "
-                 "was tried.")]
-    if alone is not None and train:
-        lines[-1] += (f" (The sweep's runs took {min(train):.1f} to {max(train):.1f} min: one thread each, most of them "
-                      "beside another run on the 2 cores.)")
+                 "was tried.")
+              + f" (The sweep's runs took {min(train):.1f} to {max(train):.1f} min: one thread each, most of them "
+                "beside another run on the 2 cores.)"]
     spread = sorted(by.items(), key=lambda kv: kv[1]["after"])
     (low_seed, low), (high_seed, high) = spread[0], spread[-1]
-    starts, ends = [r["after_warmup"] for r in by.values()], [r["after"] for r in by.values()]
-    lines += ["", f"The spread: seed {high_seed} ended at {pct(high['after'])} and seed {low_seed} at "
-                  f"{pct(low['after'])}, {100 * (high['after'] - low['after']):.1f} points apart, from warm-ups of "
-                  f"{pct(high['after_warmup'])} and {pct(low['after_warmup'])}; over the {len(by)} seeds the "
-                  f"warm-up's accuracy and the end's correlate at r = {correlation(starts, ends):+.2f}"
-                  + (": the start does not decide the end." if abs(correlation(starts, ends)) < 0.5 else
-                     f": a better start tends to end {'higher' if correlation(starts, ends) > 0 else 'lower'} (on "
-                     f"{len(by)} seeds, a hint only).")
-                  + " The held-out slice scored while training (the figure's dots) shows where each run stood on "
-                    "the way."]
+    r_start_end = correlation([r["after_warmup"] for r in by.values()], [r["after"] for r in by.values()])
+    lines += [f"The spread: seed {high_seed} ended at {pct(high['after'])} and seed {low_seed} at "
+              f"{pct(low['after'])}, {100 * (high['after'] - low['after']):.1f} points apart, from warm-ups of "
+              f"{pct(high['after_warmup'])} and {pct(low['after_warmup'])}; over the {len(by)} seeds the "
+              f"warm-up's accuracy and the end's correlate at r = {r_start_end:+.2f}"
+              + (": the start does not decide the end." if abs(r_start_end) < 0.5 else
+                 f": a better start tends to end {'higher' if r_start_end > 0 else 'lower'} (on "
+                 f"{len(by)} seeds, a hint only).")
+              + " The held-out slice scored while training (the figure's dots) shows where each run stood on "
+                "the way."]
     for seed, r in by.items():
         if named(r):
             curve = r.get("heldout_curve") or []
@@ -709,117 +634,93 @@ def render_seeds() -> list[str]:
         lines[-1] += (f" Scoring that slice ({first.get('heldout_rows') or 'a few'} sums, "
                       f"{len(first.get('heldout_curve') or [])} times) made training {100 * min(extra):.0f}% to "
                       f"{100 * max(extra):.0f}% longer than without it (the course allows 15%).")
-    if name != OWN_SUMS and (note := heldout_note(by)):
-        lines += ["", *note]
-    if note := threads_note(sweep, by):
-        lines += ["", *note]
-    if SCREENS:
-        before = load(BEFORE)
-        screens = [(file, what + differs(screen, before), sweep_runs(screen)) for file, what in SCREENS
-                   for screen in [load(file)]]
-        earlier = f"{BEFORE_WHAT}; {before.get('eval_rows', 200)} held-out sums"
-        screens.insert(0, (BEFORE, earlier, sweep_runs(before)))
-        seeds = list(dict.fromkeys([*by, *(sd for _, _, runs in screens for sd in runs)]))
-        except_same = (", except those that say \"on the course's sums\""
-                       if any(shared_split(runs) == split for *_, runs in screens) else "")
-        lines += ["", "### Every variant measured", "",
-                  f"The first row is the course's recipe, the second the recipe before it ({BEFORE_KNOBS}). Each "
-                  "other row changes one thing in that earlier recipe, or two where it says so (the same "
-                  f"{before['steps']} steps and {before.get('eval_rows', 200)} held-out sums unless it says "
-                  "otherwise), and is a stored sweep (`bench/learning_seeds.py` over the runs' own "
-                  "`bench/learning.py` JSON). Most were run on fewer seeds: compare a cell with the "
-                  "course's in the same column. A cell reads after the warm-up → after GRPO (GRPO's own gain, "
-                  "points); \"named\" is what `helpers.watch.diagnose` finds in the run's stored history."
-                  + (f" The variants ran before `split_seed`{except_same}: each seed drew its own sums, so on "
-                     f"seeds other than {split} a variant's cell and the course's were scored on different held-out "
-                     "sums (the paragraph above says how far that alone can move a number)."
-                     if split is not None else ""),
-                  "",
-                  "| variant | file | " + " | ".join(f"seed {sd}" for sd in seeds)
-                  + " | format (lowest) | training (min) | named |",
-                  "|---|---|" + "---|" * len(seeds) + "---|---|---|"]
-        closest = []
-        recipe_what = "the course's recipe: " + "; ".join(
-            [*(f"`{kv}`" for kv in sweep.get("set", [])), f"{sweep['steps']} steps", f"{rows} held-out sums",
-             *([f"the same sums for every seed (`split_seed={split}`)"] if split is not None else [])])
-        for what, file, runs in [(recipe_what, name, by)] + [(w, f, r) for f, w, r in screens]:
-            cells = [f"{pct(runs[sd]['after_warmup'])} → {pct(runs[sd]['after'])} "
-                     f"({100 * runs[sd]['grpo_gain']:+.0f})" if sd in runs else "" for sd in seeds]
-            warn = "; ".join(f"seed {sd}: {', '.join(named(r))}" for sd, r in runs.items() if named(r))
-            train = [r["train_seconds"] / 60 for r in runs.values() if r.get("train_seconds")]
-            lines.append(f"| {what} | `{file}.json` | " + " | ".join(cells)
-                         + f" | {pct(stats(runs)['format']['min'])} | "
-                         + (f"{min(train):.1f} to {max(train):.1f}" if len({round(t, 1) for t in train}) > 1 else
-                            f"{train[0]:.1f}" if train else "") + f" | {warn or 'none'} |")
-            if file != name:
-                closest.append((shortfall(runs), what, file, runs, {sd: by[sd] for sd in runs if sd in by}))
-        if kernels := cpu_note([(name, by), *((f, r) for f, _, r in screens)]):
-            lines += ["", kernels]
-        if noise := noise_note(by, [(f, w, r) for f, w, r in screens if f != BEFORE], rows):
-            lines += ["", noise]
-        if probe := warmup_note(by):
-            lines += ["", probe]
-        def said(runs: dict) -> str:
-            st = stats(runs)
-            return (f"{pct(st['after']['mean'])} on average after GRPO, {pct(st['after']['min'])} at worst, a gain "
-                    f"of {100 * st['grpo_gain']['min']:+.0f} points at worst")
+    return "\n\n".join(lines + heldout_note(by) + threads_note(sweep, by))
 
-        if closest:
-            beats = [what for g, what, *_ in closest if g <= 0]
-            lines += ["", ("No variant met the targets either, even on the few seeds it was run on." if not beats
-                           else f"Met on the seeds run (too few to call it): {', '.join(beats)}.")]
-            for label, group in (("on three seeds or more", [c for c in closest if len(c[3]) >= 3]),
-                                 ("on fewer seeds", [c for c in closest if len(c[3]) < 3])):
-                if group:
-                    gap, what, file, runs, own = min(group, key=lambda c: c[0])
-                    lines[-1] += (f" Closest {label} (the fewest points short of the three accuracy targets, "
-                                  f"added up): {what} (`{file}.json`, seed{'s' if len(runs) > 1 else ''} "
-                                  f"{', '.join(map(str, runs))}): {said(runs)}, {100 * gap:.1f} points short; "
-                                  f"the course's recipe on the same seeds: {said(own)}, "
-                                  f"{100 * shortfall(own):.1f} points short.")
-            many = [c for c in closest if len(c[3]) >= 3]
-            full = [c for c in closest if len(c[3]) >= len(by)]
-            if full and not beats:
-                best = min(full, key=lambda c: c[0])
-                lines[-1] += (f" Of the {len(full) + 1} recipes measured on all {len(by)} seeds (the course's "
-                              f"among them), none meets the targets; "
-                              + (f"the course's is the closest, {100 * shortfall(by):.1f} points short, against "
-                                 f"{100 * best[0]:.1f} for the next ({best[1]})."
-                                 if shortfall(by) <= best[0] else
-                                 f"the closest is {best[1]}, {100 * best[0]:.1f} points short, against "
-                                 f"{100 * shortfall(by):.1f} for the course's.")
-                              + (" The others were run on too few seeds to compare." if len(full) < len(closest)
-                                 else ""))
-            elif not full:
-                lines[-1] += (" None was measured on enough seeds to replace the course's recipe, whose own seeds "
-                              "spread as far as the table shows"
-                              + (f"; the one to measure on five seeds next is the closest on three: "
-                                 f"{min(many, key=lambda c: c[0])[1]}." if many else "."))
-    return lines
 
+def screens() -> list[tuple[str, str, dict]]:
+    """The earlier recipe and every variant of it: ``(file, what it changed, its runs by seed)``."""
+    before = load(BEFORE)
+    return [(BEFORE, f"{BEFORE_WHAT}; {before.get('eval_rows', 200)} held-out sums", sweep_runs(before))] + [
+        (file, what + differs(screen, before), sweep_runs(screen)) for file, what in SCREENS for screen in [load(file)]]
+
+
+def except_same() -> str:
+    """``, except those that say "on the course's sums"`` where a variant ran on the recipe's own sums."""
+    split = shared_split(sweep_runs(load(SEEDS)))
+    return ", except those that say \"on the course's sums\"" if any(
+        shared_split(runs) == split for *_, runs in screens()) else ""
+
+
+def variants_table() -> str:
+    """docs/measured.md's table of every variant measured, the course's recipe first."""
+    sweep = load(SEEDS)
+    by, rows, split = sweep_runs(sweep), sweep.get("eval_rows", 200), shared_split(sweep_runs(sweep))
+    found = screens()
+    seeds = list(dict.fromkeys([*by, *(sd for _, _, runs in found for sd in runs)]))
+    lines = ["| variant | file | " + " | ".join(f"seed {sd}" for sd in seeds) + " | format (lowest) | training (min) "
+             "| named |", "|---|---|" + "---|" * len(seeds) + "---|---|---|"]
+    recipe_what = "the course's recipe: " + "; ".join(
+        [*(f"`{kv}`" for kv in sweep.get("set", [])), f"{sweep['steps']} steps", f"{rows} held-out sums",
+         f"the same sums for every seed (`split_seed={split}`)"])
+    for what, file, runs in [(recipe_what, SEEDS, by)] + [(w, f, r) for f, w, r in found]:
+        cells = [f"{pct(runs[sd]['after_warmup'])} → {pct(runs[sd]['after'])} "
+                 f"({100 * runs[sd]['grpo_gain']:+.0f})" if sd in runs else "" for sd in seeds]
+        warn = "; ".join(f"seed {sd}: {', '.join(named(r))}" for sd, r in runs.items() if named(r))
+        train = [r["train_seconds"] / 60 for r in runs.values() if r.get("train_seconds")]
+        lines.append(f"| {what} | `{file}.json` | " + " | ".join(cells)
+                     + f" | {pct(stats(runs)['format']['min'])} | "
+                     + (f"{min(train):.1f} to {max(train):.1f}" if len({round(t, 1) for t in train}) > 1 else
+                        f"{train[0]:.1f}" if train else "") + f" | {warn or 'none'} |")
+    return "\n".join(lines)
+
+
+def variants_notes() -> str:
+    """The paragraphs after the variants' table: CPU kernels, noise, the warm-up alone, and which came closest."""
+    sweep = load(SEEDS)
+    by, found = sweep_runs(sweep), screens()
+    notes = [cpu_note([(SEEDS, by), *((f, r) for f, _, r in found)]),
+             noise_note(by, [(f, w, r) for f, w, r in found if f != BEFORE], sweep.get("eval_rows", 200)),
+             warmup_note(by)]
+    closest = [(shortfall(runs), what, file, runs, {sd: by[sd] for sd in runs if sd in by}) for file, what, runs in found]
+
+    def said(runs: dict) -> str:
+        st = stats(runs)
+        return (f"{pct(st['after']['mean'])} on average after GRPO, {pct(st['after']['min'])} at worst, a gain "
+                f"of {100 * st['grpo_gain']['min']:+.0f} points at worst")
+
+    beats = [what for g, what, *_ in closest if g <= 0]
+    text = ("No variant met the targets either, even on the few seeds it was run on." if not beats
+            else f"Met on the seeds run (too few to call it): {', '.join(beats)}.")
+    for label, group in (("on three seeds or more", [c for c in closest if len(c[3]) >= 3]),
+                         ("on fewer seeds", [c for c in closest if len(c[3]) < 3])):
+        if group:
+            gap, what, file, runs, own = min(group, key=lambda c: c[0])
+            text += (f" Closest {label} (the fewest points short of the three accuracy targets, "
+                     f"added up): {what} (`{file}.json`, seed{'s' if len(runs) > 1 else ''} "
+                     f"{', '.join(map(str, runs))}): {said(runs)}, {100 * gap:.1f} points short; "
+                     f"the course's recipe on the same seeds: {said(own)}, "
+                     f"{100 * shortfall(own):.1f} points short.")
+    many = [c for c in closest if len(c[3]) >= 3]
+    full = [c for c in closest if len(c[3]) >= len(by)]
+    if full and not beats:
+        best = min(full, key=lambda c: c[0])
+        text += (f" Of the {len(full) + 1} recipes measured on all {len(by)} seeds (the course's among them), none "
+                 "meets the targets; "
+                 + (f"the course's is the closest, {100 * shortfall(by):.1f} points short, against "
+                    f"{100 * best[0]:.1f} for the next ({best[1]})." if shortfall(by) <= best[0] else
+                    f"the closest is {best[1]}, {100 * best[0]:.1f} points short, against "
+                    f"{100 * shortfall(by):.1f} for the course's.")
+                 + (" The others were run on too few seeds to compare." if len(full) < len(closest) else ""))
+    elif not full:
+        text += (" None was measured on enough seeds to replace the course's recipe, whose own seeds spread as far "
+                 "as the table shows" + (f"; the one to measure on five seeds next is the closest on three: "
+                                         f"{min(many, key=lambda c: c[0])[1]}." if many else "."))
+    return "\n\n".join([n for n in notes if n] + [text])
 
 
 def render_colab() -> str:
-    """What the install cell changes on Colab's image, from ``bench/measured/gpu/gpu_pins.json``."""
-    pins = load("gpu_pins")
-    changed = ", ".join(f"{k} {a} → {b}" for k, (a, b) in pins["changed"].items())
-    added = ", ".join(f"{k} {v}" for k, v in pins["added"].items())
-    trio = ", ".join(f"{k} {v}" for k, v in pins["torch_trio"].items())
-    return "\n".join([
-        COLAB_START,
-        f"Asked of pip{' on ' + pins['asked'] if pins.get('asked') else ''} against Colab's published GPU image "
-        f"(Python {pins['python']}; `make gpu-pins`, "
-        f"`bench/measured/gpu/gpu_pins.json`): the install keeps {trio} "
-        f"{'and ipywidgets' if pins['ipywidgets_kept'] else 'but not ipywidgets'}; it upgrades {changed}; "
-        f"it adds {added}.",
-        "",
-        "Kaggle's image is not resolved here, so the course on Kaggle is untried: its build "
-        "(github.com/Kaggle/docker-python, `Dockerfile.tmpl` at commit 78aaa43, 2026-08-12) starts from a Colab runtime "
-        "of 2026-05-14 with Python 3.12 and adds `kaggle_requirements.txt`, mostly without versions (6 of its 138 lines "
-        "pin one with `==`; `transformers>=5.0.0`, `datasets>=2.14.6`), and publishes no frozen package list for pip to "
-        "be asked against.",
-        COLAB_END,
-    ])
+    """What the install cell changes on Colab's image (``gpu_pins.json``): ``templates/colab-and-vllm.md`` filled."""
+    return fill(TEMPLATES / "colab-and-vllm.md").rstrip("\n")
 
 
 def render_plan() -> str:
