@@ -86,3 +86,16 @@ def test_every_path_into_the_archive_that_the_project_names_exists():
                       for m in CITED.findall(p.read_text()) if "*" not in m and "<" not in m
                       and not (archive.MEASURED / m).is_file() and not m.startswith("gpu/gpu_check_t4_real")})
     assert not missing, "paths into bench/measured/ that name no stored file:\n" + "\n".join(missing)
+
+
+def test_a_new_result_is_stamped_with_what_produced_it_and_keeps_what_it_says(monkeypatch):
+    from bench import record
+
+    monkeypatch.setattr("sys.argv", ["bench/x.py", "--steps", "3"])
+    out = archive.stamped({"accuracy": 0.5, "machine": {"threads": 1}})
+    assert out == {"command": "python bench/x.py --steps 3", "commit": record.commit(), "date": record.stamp(),
+                   "accuracy": 0.5, "machine": {**record.machine(), "threads": 1}}
+    assert list(out)[:3] == ["command", "commit", "date"] and out["commit"]
+    kept = archive.stamped({"command": "python bench/checkpoints.py a.json", "machine": "AMD EPYC (Zen 1, AVX2)"})
+    assert kept["command"] == "python bench/checkpoints.py a.json" and kept["machine"] == "AMD EPYC (Zen 1, AVX2)"
+    assert all(recorded(out).values()), "INDEX.md reads all four from a stamped result"
