@@ -74,7 +74,10 @@ def provenance() -> dict[str, dict[str, str]]:
 
 def cell(text: str | None, code: bool = False) -> str:
     text = UNKNOWN if text is None else text.replace("|", "\\|").replace("\n", " ")
-    return f"`{text}`" if code and text != UNKNOWN else text
+    if not code or text == UNKNOWN:
+        return text
+    command, more, rest = text.partition(" (and ")  # "(and 4 more, in `runs`)" stays out of the code span
+    return f"`{command}`" + (more + rest if more else "")
 
 
 def rows() -> list[tuple[str, Path, dict[str, str]]]:
