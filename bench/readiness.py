@@ -28,9 +28,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import datetime
 import json
-import platform
+import os
 import subprocess
 import sys
 import tempfile
@@ -40,6 +39,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 from bench import archive  # noqa: E402 - after the project is on the path
+from bench.record import commit, cpu_name, stamp  # noqa: E402
 LEARNED = 0.05  #: a GRPO gain on the headline of at least this much (5 points) counts as "learned"
 
 #: The recipe of the runs before split_seed (learning rate 3e-4, 20 steps, each seed its own rows and split).
@@ -172,17 +172,14 @@ def main() -> int:
         runs.append({"name": case["name"], "family": case["family"], "seed": case["seed"], "set": case["set"],
                      "stored": case["stored"] and str(archive.path(case["stored"][0]).relative_to(HERE.parent)), **result,
                      "learned": learned, "hit": hit})
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE).stdout
+    made_at = commit()
     if subprocess.run(["git", "status", "--porcelain", "--", "readiness.py", "../helpers/readiness.py"],
                       capture_output=True, text=True, cwd=HERE).stdout.strip():
-        commit = commit.strip() + " + this script and helpers/readiness.py uncommitted"
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").is_file() else ""
+        made_at += " + this script and helpers/readiness.py uncommitted"
     hits = sum(r["hit"] for r in runs)
     print(json.dumps({"command": command, "commands": (args.out / "commands.txt").read_text().splitlines(),
-                      "commit": commit.strip(),
-                      "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
-                      "cpu": {"model": cpu, "cores": __import__("os").cpu_count(),
+                      "commit": made_at, "date": stamp(utc=True),
+                      "cpu": {"model": cpu_name(), "cores": os.cpu_count(),
                               "amx": "amx_tile" in Path("/proc/cpuinfo").read_text(),
                               "capability": torch.backends.cpu.get_cpu_capability(), "threads": torch.get_num_threads()},
                       "groups": args.groups, "learned_min": LEARNED, "runs": runs, "hits": hits,

@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -26,7 +24,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-from dev.model_configs import CONFIGS, MODELS, load_config  # noqa: E402 - after ROOT is on the path
+from bench.record import commit, machine, stamp  # noqa: E402 - after ROOT is on the path
+from dev.model_configs import CONFIGS, MODELS, load_config  # noqa: E402
 
 GIB = 1024**3
 T4_GIB = 15.0                     # a T4's 15,360 MiB, as Colab shows it (the GPU check's cap)
@@ -174,18 +173,6 @@ NOT_COUNTED = [
 ]
 
 
-def cpu_name() -> str:
-    info = Path("/proc/cpuinfo")
-    names = [line.split(":", 1)[1].strip() for line in (info.read_text().splitlines() if info.is_file() else [])
-             if line.startswith("model name")]
-    return names[0] if names else platform.processor() or platform.machine()
-
-
-def commit() -> str | None:
-    proc = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    return proc.stdout.strip() or None
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=None, help="write the JSON here too (bench/measured/gpu/t4_memory.json)")
@@ -199,10 +186,9 @@ def main(argv: list[str] | None = None) -> int:
                       "from each model's real config built on the meta device",
               "estimate": True, "profile": "colab-t4", "t4_gib": T4_GIB, "models": models, "counted": COUNTED,
               "not_counted": NOT_COUNTED, "command": "python bench/t4_memory.py " + " ".join(argv or sys.argv[1:]),
-              "commit": commit(), "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-              "machine": {"cpu": cpu_name(), "cpus": os.cpu_count(),
-                          "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-                          "platform": platform.platform(), "python": platform.python_version()},
+              "commit": commit(short=False) or None, "date": stamp("%Y-%m-%dT%H:%M:%S%z"),
+              "machine": machine(cpu_capability=torch.backends.cpu.get_cpu_capability(),
+                                 platform=platform.platform(), python=platform.python_version()),
               "versions": {"torch": torch.__version__, "transformers": __import__("transformers").__version__},
               "seconds": round(time.time() - start, 1)}
     text = json.dumps(result, indent=1) + "\n"
