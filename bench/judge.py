@@ -118,7 +118,7 @@ def agreement_only(run: Path, profile_name: str, n: int) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--profile", default="cpu-demo")
-    ap.add_argument("--json", default=None, help="also write the JSON here (e.g. bench/measured/judge.json)")
+    ap.add_argument("--json", default=None, help="also write the JSON here (e.g. bench/measured/judge/judge.json)")
     ap.add_argument("--agreement", default=None, metavar="RUN", help="only the judge against the verifier, on RUN")
     ap.add_argument("--prompts", type=int, default=100)
     ap.add_argument("--from-run", default=None, metavar="RUN",
@@ -175,7 +175,7 @@ def main() -> int:
                        for side, summary in found["samples"].items()},
            "hacked": found["hacked"],
            "fault": [{k: h.get(k) for k in ("step", "judge/failed", "rewards/judge_reward/mean",
-                                           "rewards/prefilled_strict_format_reward/mean")} for h in found["fault"]],
+                                           "rewards/format_reward/mean")} for h in found["fault"]],
            "resumed": [{"step": h["step"], "rewards": sorted(k.split("/")[1] for k in h if k.startswith("rewards/")
                                                             and k.endswith("/mean"))} for h in found["resumed"]]}
     text = json.dumps(out, indent=1)

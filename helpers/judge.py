@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from .reward_logs import step_of, write_lines
 from .rewards import completion_text, completion_texts
 from .watch import RunWarning
 
@@ -157,42 +158,13 @@ def judge_reward(base_url: str, model: str = "judge", *, name: str = "judge_rewa
             log_extra(f"{name}_reply", [t if not e or e == "unparsed" else f"[{e}]" for _, t, e in results])
         if log_dir is not None:
             write_lines(Path(log_dir) / f"{name}.jsonl", [
-                {"step": _step(trainer_state), "question": q, "completion": t, "reply": r, "score": s, "error": e}
+                {"step": step_of(trainer_state), "question": q, "completion": t, "reply": r, "score": s, "error": e}
                 for q, t, (s, r, e) in zip(questions, texts, results)])
         return [s for s, _, _ in results]
 
     reward.__name__ = reward.__qualname__ = name
     reward.stats, reward.cache = stats, memo  # type: ignore[attr-defined]
     return reward
-
-
-def _step(state: Any) -> int | None:  # TRL scores step N's completions while global_step is N - 1
-    return None if getattr(state, "global_step", None) is None else state.global_step + 1
-
-
-def write_lines(path: Path, rows: list[dict]) -> None:
-    """Append JSON lines to ``path`` (its folder made); a reward's log, one line per completion."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as out:
-        out.writelines(json.dumps(row, default=str) + "\n" for row in rows)
-
-
-def logged(func: Callable[..., Any], log_dir: str | Path) -> Callable[..., Any]:
-    """``func`` (sync or async) that also appends each call's step and returned rewards to ``LOG_DIR/<name>.jsonl``."""
-    path, name = Path(log_dir) / f"{func.__name__}.jsonl", func.__name__
-
-    def record(kwargs: dict, out: list) -> list:
-        write_lines(path, [{"step": _step(kwargs.get("trainer_state")), "reward": r} for r in out])
-        return out
-
-    if inspect.iscoroutinefunction(func):
-        async def wrapper(**kwargs: Any) -> list:
-            return record(kwargs, await func(**kwargs))
-    else:
-        def wrapper(**kwargs: Any) -> list:
-            return record(kwargs, func(**kwargs))
-    wrapper.__name__ = wrapper.__qualname__ = name
-    return wrapper
 
 
 def rubric_reward(gate: Callable[..., list], criteria: Sequence[tuple[Callable[..., Any], float]],

@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from helpers.judge import (FAILED, LATENCY, SECONDS, UNPARSED, agreement, cohen_kappa, judge_messages, judge_reward,
-                           judge_warnings, logged, parse_verdict, question_of, rubric_reward)
+                           judge_warnings, parse_verdict, question_of, rubric_reward)
 
 PROMPT = [{"role": "system", "content": "Respond in the format."}, {"role": "user", "content": "What is 40 + 2?"}]
 RIGHT, WRONG = "42\n</reasoning>\n<answer>\n42\n</answer>", "41\n</reasoning>\n<answer>\n41\n</answer>"
@@ -215,24 +215,6 @@ def test_a_judge_that_stops_answering_is_named_once_per_outage():
     found = judge_warnings(history)
     assert [(w.name, w.step) for w in found] == [("judge-unavailable", 2), ("judge-unavailable", 6)]
     assert "Start the server again" in str(found[0])
-
-
-def test_logged_keeps_each_steps_rewards_in_the_run_folder(tmp_path):
-    from types import SimpleNamespace
-
-    def shout(completions, **kwargs):
-        return [float(len(c)) for c in completions]
-
-    async def later(completions, **kwargs):
-        return [1.0 for _ in completions]
-
-    sync, asyn = logged(shout, tmp_path), logged(later, tmp_path)
-    assert sync.__name__ == "shout" and asyncio.iscoroutinefunction(asyn)
-    assert sync(completions=["ab", "c"], trainer_state=SimpleNamespace(global_step=3)) == [2.0, 1.0]
-    assert asyncio.run(asyn(completions=["x"])) == [1.0]
-    rows = [json.loads(line) for line in (tmp_path / "shout.jsonl").read_text().splitlines()]
-    assert rows == [{"step": 4, "reward": 2.0}, {"step": 4, "reward": 1.0}]  # TRL scores step 4 at global_step 3
-    assert (tmp_path / "later.jsonl").read_text() == '{"step": null, "reward": 1.0}\n'
 
 
 @pytest.mark.slow

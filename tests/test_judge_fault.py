@@ -26,10 +26,11 @@ def test_a_judge_killed_mid_run_is_none_while_down_and_back_after_restart(tmp_pa
 
     from helpers.callbacks import step_logs
     from helpers.export import bundled_gguf
-    from helpers.judge import FAILED, JudgeWatchCallback, judge_reward, logged
+    from helpers.judge import FAILED, JudgeWatchCallback, judge_reward
     from helpers.models import load_model
     from helpers.profiles import get_profile
     from helpers.prompts import build_prompt
+    from helpers.reward_logs import logged
     from helpers.serve import llama_server, port_is_free
     from helpers.tasks import get_task
     from helpers.tasks.reasoning import prefilled_strict_format_reward
