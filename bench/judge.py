@@ -29,23 +29,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from bench.record import commit, load, machine, stamp  # noqa: E402 - after the project is on the path
+
 NOTEBOOK = ROOT / "notebooks" / "08_rewards_from_a_model.ipynb"
-
-
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").is_file() else []:
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
 
 
 def step_figures(history: list[dict]) -> dict:
@@ -128,10 +122,8 @@ def main() -> int:
     sys.path.insert(0, str(ROOT))
     if args.agreement:
         found = agreement_only(Path(args.agreement), args.profile, args.prompts)
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                cwd=ROOT).stdout.strip()
-        out = {"command": " ".join(["python", *sys.argv]), "commit": commit, "date": time.strftime("%Y-%m-%d"),
-               "machine": {"cpu": cpu_name(), "cpus": os.cpu_count(), "loadavg_1min_end": round(os.getloadavg()[0], 2)},
+        out = {"command": " ".join(["python", *sys.argv]), "commit": commit(), "date": stamp(),
+               "machine": machine(loadavg_1min_end=load()),
                "profile": args.profile, **found}
         text = json.dumps(out, indent=1)
         print(text)
@@ -140,7 +132,7 @@ def main() -> int:
         return 0
     from tools.course import execute_notebook
 
-    load_start = os.getloadavg()[0]
+    load_start = load()
     if args.from_run:
         run = Path(args.from_run)
         seconds = json.loads((run / "summary.json").read_text())["notebooks"][NOTEBOOK.stem]
@@ -161,11 +153,8 @@ def main() -> int:
                                                          "judge/failed", "judge/latency_s", "frac_reward_zero_std")
                                    if k in h} for h in r["history"]]}
     timings = found["timings"]
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=ROOT).stdout.strip()
-    out = {"command": " ".join(["python", *sys.argv]), "commit": commit, "date": time.strftime("%Y-%m-%d"),
-           "machine": {"cpu": cpu_name(), "cpus": os.cpu_count(), "loadavg_1min_start": round(load_start, 2),
-                       "loadavg_1min_end": round(os.getloadavg()[0], 2)},
+    out = {"command": " ".join(["python", *sys.argv]), "commit": commit(), "date": stamp(),
+           "machine": machine(loadavg_1min_start=load_start, loadavg_1min_end=load()),
            "profile": args.profile, "notebook_minutes": round(seconds / 60, 1), "steps": found["steps"],
            "agreement": {side: {k: round(v, 3) for k, v in a.items()} for side, a in found["agreement"].items()},
            "runs": runs, "async_seconds": {k: round(v, 2) for k, v in timings.items()},
