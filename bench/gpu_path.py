@@ -7,8 +7,8 @@ What it does, each stage recorded (an error is recorded with its stage and the r
 1. builds a tiny random Qwen2 (2 layers, hidden 256) with the bundled SmolLM2 tokenizer and saves it
    (``dev.gpu_check.tiny_model``): ``<|im_end|>`` is sampled with p ~ 0.08 a token, so some completions end and
    some are truncated (a fully random head never ends one);
-2. loads it as notebook 03 does (``helpers.models._load_unsloth``: Unsloth's ``FastLanguageModel``, 4-bit when
-   bitsandbytes is there, the profile's LoRA) with the ``colab-t4`` profile;
+2. loads it as notebook 03 does (``helpers.models.load_model``: Unsloth's ``FastLanguageModel``, 4-bit when
+   bitsandbytes is there, the profile's LoRA) with the ``colab-t4`` profile, its model entry's id replaced;
 3. builds Unsloth's patched ``GRPOConfig`` and TRL's own (the class Unsloth's subclasses) from the same keyword
    arguments, for the course's ``colab-t4`` and ``gpu-large`` values and for configs a learner writes, and
    records every field where they differ;
@@ -108,17 +108,12 @@ def colab_t4_profile(steps: int) -> Any:
 
 @stage("load_model")
 def load_model(profile: Any, base: Path, bnb: bool) -> tuple[Any, Any]:
-    """What ``helpers.models.load_model`` does on a GPU profile, with the registry's hub id replaced by ``base``."""
-    import helpers.models as hm
-    from helpers.profiles import get_model_spec
+    """``helpers.models.load_model`` on a GPU profile, the registry's Unsloth id replaced by ``base``."""
+    from helpers.models import load_model, resolve
 
-    spec = dataclasses.replace(get_model_spec(profile.model), unsloth_id=str(base))
     profile = profile.with_overrides(load_in_4bit=profile.load_in_4bit and bnb)
-    model, tok = hm._load_unsloth(profile, spec, None, True, False)
-    hm.prepare_tokenizer(tok, model)
-    from helpers.tasks import get_task
-
-    hm.install_prefill(tok, get_task(profile.task).prefill)
+    run = resolve(profile, probe=False)  # the profile's task and model entry, the entry's id replaced below
+    model, tok = load_model(dataclasses.replace(run, spec=dataclasses.replace(run.spec, unsloth_id=str(base))))
     linear4 = sum(type(m).__name__ == "Linear4bit" for m in model.modules())
     peft_config = model.peft_config["default"]
     RESULT["loaded"] = {"model_class": type(model).__name__, "base_class": type(model.base_model.model).__name__,

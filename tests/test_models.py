@@ -23,6 +23,7 @@ from helpers.models import (
     load_tokenizer,
     model_source,
     prepare_tokenizer,
+    resolve,
 )
 
 NAME = "SmolLM2-135M-Instruct"
@@ -153,6 +154,29 @@ def test_load_tokenizer_carries_the_prefill_of_the_profiles_task(task, prefill):
     tok = load_tokenizer(get_profile("cpu-smoke", task=task))
     assert installed_prefill(tok) == get_task(task).prefill == prefill
     assert render(tok, build_prompt("2+2?", "Be brief.")).endswith("<|im_start|>assistant\n" + prefill)
+
+
+def test_resolve_looks_each_thing_up_once_and_keeps_the_task_it_is_given(monkeypatch):
+    """One run, one task instance: ``resolve`` looks up the task, the model entry and (on a GPU profile) the GPU once;
+    the object it returns passes through every later ``resolve`` as it is (issue 55)."""
+    from helpers.tasks import get_task
+
+    probes = []
+    monkeypatch.setattr(models, "gpu_capability", lambda: probes.append(1) or (7, 5))
+    smoke = resolve(get_profile("cpu-smoke"))
+    assert (smoke.task.name, smoke.spec, smoke.capability, probes) == ("arithmetic", get_model_spec("smollm2-135m"),
+                                                                        None, [])  # a CPU profile asks no GPU
+    assert smoke.precision == {"bf16": False, "fp16": False} and resolve(smoke) is smoke
+    assert resolve(get_profile("cpu-smoke")).task is not smoke.task  # no cache: each resolve is a new run
+    colab = get_profile("colab-t4", use_vllm=False)
+    assert resolve(colab).capability == (7, 5) and probes == [1]  # a GPU profile asks the GPU, once
+    assert resolve(colab, capability=(8, 0)).precision == {"bf16": True, "fp16": False} and probes == [1]
+    assert resolve(colab, probe=False).capability is None and probes == [1]
+    task = get_task("json")
+    task.system_prompt = "Answer in JSON."  # a notebook's TASK, changed in a cell: the very instance is kept
+    assert resolve(get_profile("cpu-smoke", task="json"), task=task).task is task
+    with pytest.raises(ValueError, match="has no level 'add2-small'.*get_profile\\(task=...\\)"):
+        resolve(get_profile("cpu-smoke"), task=task)  # the arithmetic profile's level is not the JSON task's
 
 
 def test_a_gpu_profile_with_a_model_unsloth_lacks_is_refused_before_importing_unsloth():

@@ -88,6 +88,21 @@ def test_a_cpu_trains_in_float32_even_where_bf16_is_faster_but_may_ask_for_it(mo
     assert config.bf16 and not config.fp16 and config.use_cpu and config.mixed_precision == "bf16"
 
 
+def test_a_run_may_ask_for_another_precision_and_every_config_of_it_follows(tmp_path):
+    """A benchmark's variant (bench/learning.py --precision bf16): the resolved run carries the precision, and the
+    warm-up's and GRPO's configs take it; the check accepts bf16 on a CPU the run asked it of (issue 55)."""
+    import dataclasses
+
+    from helpers.models import resolve
+
+    run = dataclasses.replace(resolve(SMOKE), precision={"bf16": True, "fp16": False})
+    assert grpo_kwargs(run, tmp_path)["bf16"] and sft_kwargs(run, tmp_path)["bf16"]
+    check_config(cfg(bf16=True, max_completion_length=20), run)  # helpers.machine.cpu_bf16() is False here
+    with pytest.raises(TrainingConfigError, match="bf16=True on a CPU"):
+        check_config(cfg(bf16=True, max_completion_length=20), SMOKE)
+    assert torch_dtype(run, None) == "float32"  # a merged copy on a CPU stays float32 (bf16 was autocast)
+
+
 def test_cpu_profiles_skip_gradient_checkpointing_gpu_profiles_keep_it(tmp_path):
     """TRL turns it on by default (one more forward per step); a 135M model on a CPU has memory to spare."""
     assert grpo_kwargs(SMOKE, tmp_path)["gradient_checkpointing"] is False
@@ -498,23 +513,51 @@ def test_ensure_adapter_trains_the_json_task_by_its_profile_alone(tmp_path, caps
 
 
 @pytest.mark.slow
+def test_the_task_instance_given_is_the_one_that_trains(tmp_path, monkeypatch):
+    """Notebook 05's ``TASK``, changed in a cell, trains: ``train_grpo(..., task=TASK)`` gives the trainer its rewards
+    and weights and the watch its headline, and looks no task up again (issue 55: a fresh lookup would not see the
+    change)."""
+    import helpers.models
+    from helpers.rewards import completion_text
+    from helpers.training import train_grpo
+
+    def short_reward(completions, **kwargs):
+        """A learner's extra reward: 0.1 for an object under 60 characters."""
+        return [0.1 if len(completion_text(c)) < 60 else 0.0 for c in completions]
+
+    task = get_task("json")
+    task.rewards = [*task.rewards, (short_reward, 0.25)]  # the instance changed, not its class
+    task.headline = "schema_valid"
+    monkeypatch.setattr(helpers.models, "get_task", lambda key: pytest.fail(f"task {key!r} looked up again"))
+    profile = get_profile("cpu-smoke", task="json", max_steps=1, warmup_examples=0, watch_prompts=0,
+                          time_budget_minutes=None)
+    trainer = train_grpo(profile, tmp_path, task=task)["trainer"]
+    assert trainer.reward_funcs == [f for f, _ in task.rewards] and short_reward not in get_task("json").rewards
+    assert trainer.args.reward_weights == [w for _, w in task.rewards]
+    assert "rewards/short_reward/mean" in trainer.state.log_history[0]
+    assert {getattr(c, "headline", None) for c in trainer.callback_handler.callbacks} >= {"schema_valid"}
+    assert [r["name"] for r in json.loads((tmp_path / "train_config.json").read_text())["rewards"]][-1] == "short_reward"
+
+
+@pytest.mark.slow
 def test_a_bf16_cpu_trains_on_a_bf16_base_with_float32_lora(tmp_path, monkeypatch):
     """bf16 on a CPU, asked for: the frozen base loaded in bf16 (train_grpo asks load_model for it), LoRA in float32, and
     accelerate's autocast around the loss's forward. Sampling, which autocast does not reach (accelerate wraps only
     the top-level ``model.forward``, accelerate/accelerator.py:1825-1835), runs in bf16 too because the base weights
     are bf16 (notebooks 00, 03, 06)."""
+    import dataclasses
     import math
 
     import torch
 
+    from helpers.models import resolve
     from helpers.training import train_grpo
 
-    monkeypatch.setattr(training, "cpu_bf16", lambda: True)  # bf16 measured faster here: check_config accepts it
-    monkeypatch.setattr(training, "precision", lambda profile, capability: {"bf16": True, "fp16": False})  # asked for
     # small: on a CPU without bf16 kernels (AVX2 only) a bf16 backward is several times slower than float32, so the
     # warm-up keeps 2 examples and no held-out slice is scored (the steps sample in bf16 already)
     profile = get_profile("cpu-smoke", max_steps=1, time_budget_minutes=None, watch_prompts=0, warmup_examples=2,
                           warmup_batch_size=2)
+    run = dataclasses.replace(resolve(profile), precision={"bf16": True, "fp16": False})  # asked for
     seen = []  # (grad enabled: training, not sampling; the output dtype) of every call
     real_load = training.load_model
 
@@ -525,7 +568,7 @@ def test_a_bf16_cpu_trains_on_a_bf16_base_with_float32_lora(tmp_path, monkeypatc
         return model, tokenizer
 
     monkeypatch.setattr(training, "load_model", load_and_hook)
-    out = train_grpo(profile, tmp_path)  # the warm-up too
+    out = train_grpo(run, tmp_path)  # the warm-up too
     trainer = out["trainer"]
     assert trainer.args.bf16 and trainer.accelerator.native_amp and not trainer.args.gradient_checkpointing
     assert {p.dtype for p in out["model"].parameters() if p.requires_grad} == {torch.float32}
