@@ -65,17 +65,19 @@ def select_by_pass_rate(model: Any, tokenizer: Any, dataset: Any, task: Any, pro
 
 
 def select_for_profile(model: Any, tokenizer: Any, rows: Any, profile: Any) -> tuple[Any, dict[str, Any]]:
-    """:func:`select_by_pass_rate` with ``profile``'s ``select_*`` settings, as ``helpers.training.train_grpo`` runs it.
+    """:func:`select_by_pass_rate` with ``profile``'s ``select_*`` settings (a profile, or the run's
+    ``helpers.models.Resolved``: its task instance), as ``helpers.training.train_grpo`` runs it.
 
     At least enough rows for ``max_steps``; the sampling leaves training's random stream as it was."""
     import torch
 
-    from .profiles import get_model_spec
-    from .tasks import get_task
+    from .models import resolve
+    r = resolve(profile, probe=False)
+    profile = r.profile
     per_step = profile.per_device_train_batch_size * profile.gradient_accumulation_steps // profile.num_generations
     devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
     with torch.random.fork_rng(devices=devices):
-        return select_by_pass_rate(model, tokenizer, rows, get_task(profile.task), profile, profile.select_prompts,
+        return select_by_pass_rate(model, tokenizer, rows, r.task, profile, profile.select_prompts,
                                    profile.select_samples, profile.select_mode,
-                                   chat_template_kwargs=get_model_spec(profile.model).chat_template_kwargs,
+                                   chat_template_kwargs=r.spec.chat_template_kwargs,
                                    min_rows=profile.max_steps * per_step)

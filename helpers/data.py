@@ -207,11 +207,12 @@ def load_prepared(path: str | Path) -> Any:
 
 
 def ensure_prepared(profile: Profile, run: str | Path, tokenizer: Any = None, rebuild: bool = False,
-                    verbose: bool = True) -> Any:
+                    verbose: bool = True, task: Task | None = None) -> Any:
     """``RUN/dataset``, built from the profile's task when missing or built for other settings.
 
     The rows and their train/held-out split come from ``profile.split_seed``, not ``profile.seed``: runs of two seeds
-    train on the same rows (in another order) and are scored on the same held-out rows.
+    train on the same rows (in another order) and are scored on the same held-out rows. ``task``: the instance that
+    builds it (a notebook's ``TASK``), else the one the profile names.
     """
     path = Path(run) / "dataset"
     spec = {k: getattr(profile, k) for k in ("task", "task_level", "train_rows", "eval_rows", "max_prompt_tokens",
@@ -223,7 +224,7 @@ def ensure_prepared(profile: Profile, run: str | Path, tokenizer: Any = None, re
         if verbose:
             changed = sorted(k for k in spec if card.get("spec", {}).get(k) != spec[k])
             print(f"Rebuilding {path}: it was prepared with other settings ({', '.join(changed)}).")
-    task, tokenizer = get_task(profile.task), tokenizer or load_tokenizer(profile)
+    task, tokenizer = get_task(profile.task) if task is None else task, tokenizer or load_tokenizer(profile)
     made = task.make_rows(profile.task_level, profile.train_rows + profile.eval_rows, profile.split_seed)
     rows, held = (made["train"], made["eval"]) if isinstance(made, dict) else (made, None)
     too_long = reference_fit(profile, task, rows, tokenizer)

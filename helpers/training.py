@@ -224,10 +224,10 @@ def train_grpo(profile: Profile | Resolved, run: str | Path, model: Any = None, 
     checkpoint = last_checkpoint(run) if resume else None
     warm_up = (profile.warmup_examples > 0 if warmup is None else warmup) and checkpoint is None
     warm = run_warmup(model, tokenizer, r, run) if warm_up else None
-    dataset = ensure_prepared(profile, run, tokenizer=tokenizer, verbose=False)
+    dataset = ensure_prepared(profile, run, tokenizer=tokenizer, verbose=False, task=r.task)
     train_rows, selection = dataset["train"], None
     if profile.select_prompts and checkpoint is None:  # a resumed run keeps its data order from the checkpoint
-        train_rows, selection = select_for_profile(model, tokenizer, train_rows, profile)
+        train_rows, selection = select_for_profile(model, tokenizer, train_rows, r)
         config.shuffle_dataset = profile.select_mode == "filter"
     heldout, headline = held_out_callback(r, tokenizer, dataset["eval"]), r.task.headline
     watch = WatchCallback(config.mask_truncated_completions, headline)
