@@ -179,7 +179,8 @@ def main() -> int:
 
     steps = out["summary"]["global_step"]
     baseline = results.get("after_warmup") or results.get("before") or {task.headline: 0.0}
-    print(json.dumps({
+    from archive import stamped  # bench/archive.py: the command, commit, date and machine
+    print(json.dumps(stamped({
         "task": profile.task, "headline": task.headline, "format_metric": task.format_metric,
         "before": results.get("before"), "after_warmup": results.get("after_warmup"), "after": results["after"],
         "grpo_gain": round(results["after"][task.headline] - baseline[task.headline], 4),
@@ -209,7 +210,7 @@ def main() -> int:
                     "cpu_capability": torch.backends.cpu.get_cpu_capability(), "loadavg_1min_start": round(load_start, 2),
                     "loadavg_1min_end": round(os.getloadavg()[0], 2)},
         "run": str(run),
-    }))
+    })))
     return 0
 
 
