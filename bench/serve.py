@@ -5,7 +5,8 @@
 Reads a trained run folder (``RUN/adapter``; default: the newest run under runs/ with one, else a short run trained
 as notebook 04 trains it), merges the adapter as notebook 04 does (float32, PEFT's ``merge_and_unload``) where
 ``RUN/merged`` is missing, and converts with llama.cpp's own converters (``helpers.export``): the merged model at
-16-bit (``f16``) and 8-bit (``q8_0``), and the adapter alone as a LoRA GGUF on the bundled Q4_1 GGUF. Then, greedy,
+16-bit (``f16``), that file quantised to 8-bit by llama.cpp (``q8_0``), and the adapter alone as a LoRA GGUF on the
+bundled Q4_1 GGUF. Then, greedy,
 at most the profile's completion length, on the first ``--prompts`` held-out prompts rendered by the run's tokenizer
 (prefill included): transformers' merged model (batched, as notebook 04 evaluates) and llama.cpp on each of the three
 routes (one prompt at a time, as a server answers), each scored with the task's ``score``; tokens are counted with the
@@ -83,7 +84,7 @@ def merge_into(stored: dict, new: dict, measured: list[str]) -> dict:
             raise SystemExit(f"{name}: {mb} MB now, {stored['gguf_mb'][name]} MB stored: not the same files.")
     out = dict(stored)
     out["gguf_mb"] = {**new["gguf_mb"], **stored["gguf_mb"]}
-    out["convert_seconds"] = {**new["convert_seconds"], **stored["convert_seconds"]}
+    out["convert_seconds"] = {**stored["convert_seconds"], **new["convert_seconds"]}  # a file made again: its new time
     out["routes"] = {**stored["routes"], **{f"llama_cpp_{m}": new["routes"][f"llama_cpp_{m}"]
                                             for m in measured if m != "server"}}
     if "server" in measured:
@@ -115,7 +116,7 @@ def main() -> int:
 
     from helpers.data import ensure_prepared, records
     from helpers.evaluation import eval_settings
-    from helpers.export import bundled_gguf, check_prefill, convert_adapter, convert_merged
+    from helpers.export import bundled_gguf, check_prefill, convert_adapter, convert_merged, quantize
     from helpers.generation import generate
     from helpers.models import bundled_model_path, model_source, prepare_tokenizer
     from helpers.profiles import get_model_spec, get_profile
@@ -143,8 +144,8 @@ def main() -> int:
         tok.save_pretrained(str(merged))
 
     gguf, base_gguf = run / "gguf", bundled_gguf()
-    makers = {"model-f16.gguf": (("f16", "server"), lambda out: convert_merged(merged, out, "f16")),
-              "model-q8_0.gguf": (("q8_0",), lambda out: convert_merged(merged, out, "q8_0")),
+    makers = {"model-f16.gguf": (("f16", "q8_0", "server"), lambda out: convert_merged(merged, out, "f16")),
+              "model-q8_0.gguf": (("q8_0",), lambda out: quantize(gguf / "model-f16.gguf", out, "q8_0", args.threads)),
               "adapter-f16.gguf": (("lora_on_q4_1",), lambda out: convert_adapter(adapter, bundled_model_path(), out))}
     sizes, seconds = {}, {}
     for name, (needed_by, make) in makers.items():

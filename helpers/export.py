@@ -4,7 +4,8 @@ llama.cpp (the runtime under Ollama and LM Studio) reads one file, a GGUF: the w
 template. Its converters ship in ``llama-cpp-python``'s source distribution on PyPI; :func:`converters` unpacks them
 once into the course's cache (``make llama`` does it) and the functions here run them as subprocesses:
 
-- :func:`convert_merged`: ``RUN/merged`` to one file, 16-bit (``f16``) or quantised (``q8_0``);
+- :func:`convert_merged`: ``RUN/merged`` to one 16-bit file (``f16``);
+- :func:`quantize`: that file at fewer bits (``q8_0``, ``q4_k_m``, ...), by llama.cpp's own quantizer, in-process;
 - :func:`convert_adapter`: ``RUN/adapter`` to a LoRA GGUF, applied by llama.cpp on a base GGUF (the bundled Q4_1);
 - :func:`check_prefill`: the chat template in a GGUF ends its generation prompt with the task's prefill.
 
@@ -34,7 +35,7 @@ from .runs import cache_dir
 MERGED_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json")
 #: What :func:`converters` unpacks from the source distribution's ``vendor/llama.cpp/``.
 CONVERTER_PARTS = ("convert_hf_to_gguf.py", "convert_lora_to_gguf.py", "conversion", "gguf-py")
-OUTTYPES = ("f16", "bf16", "f32", "q8_0")
+OUTTYPES = ("f16", "bf16", "f32")
 
 
 class GGUFError(RuntimeError):
@@ -166,10 +167,10 @@ def _run(args: list[str], step: str, out: Path) -> None:
 
 
 def convert_merged(merged: str | Path, out: str | Path, outtype: str = "f16") -> Path:
-    """``RUN/merged`` as one GGUF file ``out`` (``f16``, ``bf16``, ``f32``, or ``q8_0``: 8-bit), written whole or
-    not at all, with the merged tokenizer's chat template (the prefill) inside."""
+    """``RUN/merged`` as one GGUF file ``out`` (``f16``, ``bf16`` or ``f32``), written whole or not at all, with the
+    merged tokenizer's chat template (the prefill) inside. Fewer bits: :func:`quantize` this file."""
     if outtype not in OUTTYPES:
-        raise ValueError(f"outtype={outtype!r}: choose one of {OUTTYPES}.")
+        raise ValueError(f"outtype={outtype!r}: choose one of {OUTTYPES}; for 8 bits or fewer quantize() the f16 file.")
     merged, out = check_merged(merged), Path(out)
     script = converters() / "convert_hf_to_gguf.py"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -179,6 +180,32 @@ def convert_merged(merged: str | Path, out: str | Path, outtype: str = "f16") ->
         name = f"{merged.resolve().parent.name}-{merged.name}"  # general.name: the run's, not the work folder's
         _run([str(script), str(source), "--outfile", str(part), "--outtype", outtype, "--model-name", name],
              "convert_hf_to_gguf.py", out)
+        os.replace(part, out)
+    return out
+
+
+def quantize(gguf: str | Path, out: str | Path, qtype: str = "q8_0", threads: int = 0) -> Path:
+    """``gguf`` (16-bit) quantised to ``qtype`` by llama.cpp itself (``llama_model_quantize``, what its
+    ``llama-quantize`` runs), written whole to ``out`` or not at all; vocabulary and chat template are copied."""
+    import ctypes
+    import logging
+
+    import llama_cpp.llama_cpp as lib
+    gguf, out = Path(gguf), Path(out)
+    ftype = getattr(lib, f"LLAMA_FTYPE_MOSTLY_{qtype.upper()}", None)
+    if ftype is None:
+        raise ValueError(f"qtype={qtype!r}: llama.cpp {llama_cpp_version()} has no such type (q8_0, q4_k_m, q5_k_m).")
+    if not gguf.is_file():
+        raise GGUFError(f"{gguf}: no such GGUF file. Write the 16-bit file first: convert_merged(RUN/merged, ...).")
+    params = lib.llama_model_quantize_default_params()
+    params.ftype, params.nthread = ftype, threads   # 0: llama.cpp picks the threads
+    logging.getLogger("llama-cpp-python").setLevel(logging.ERROR)   # llama.cpp's per-tensor lines, as verbose=False
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}-") as tmp:
+        part = Path(tmp) / out.name
+        if lib.llama_model_quantize(str(gguf).encode(), str(part).encode(), ctypes.byref(params)) != 0:
+            raise GGUFError(f"llama.cpp could not quantise {gguf} to {qtype} (see its log above): is it a GGUF "
+                            "llama.cpp loads (16 or 32 bits)?")
         os.replace(part, out)
     return out
 

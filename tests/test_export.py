@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from helpers.export import (GGUFError, bundled_gguf, byte_level_tokenizer, check_merged, check_prefill,
-                            convert_adapter, convert_merged, converters, metadata)
+                            convert_adapter, convert_merged, converters, metadata, quantize)
 from helpers.models import bundled_model_path, prepare_tokenizer
 from helpers.prompts import render
 from helpers.tasks import get_task
@@ -79,11 +79,15 @@ def test_the_merged_gguf_carries_the_prefill_and_answers_as_transformers(files):
 
 
 def test_q8_0_is_smaller_and_still_answers(files, tmp_path):
+    """The 16-bit file quantised by llama.cpp's own quantizer: 8 bits, the vocabulary and the template kept."""
     from helpers.serve import llama_complete, load_llama
 
-    q8 = convert_merged(files["merged"], tmp_path / "model-q8_0.gguf", "q8_0")
+    q8 = quantize(files["f16"], tmp_path / "model-q8_0.gguf", "q8_0", threads=1)
     assert metadata(q8, "general.file_type")["general.file_type"] == 7  # LlamaFileType.MOSTLY_Q8_0
     assert q8.stat().st_size < 0.6 * files["f16"].stat().st_size
+    assert metadata(q8, "tokenizer.ggml.model", "tokenizer.chat_template") == metadata(
+        files["f16"], "tokenizer.ggml.model", "tokenizer.chat_template")
+    assert [p.name for p in tmp_path.iterdir()] == ["model-q8_0.gguf"]  # no work file left beside it
     texts, tokens = llama_complete(load_llama(q8, threads=1), ["<|im_start|>user\nWhat is 2 + 2?<|im_end|>\n"
                                                                 "<|im_start|>assistant\n" + PREFILL], 16)
     assert tokens > 0 and texts[0].strip()
@@ -113,6 +117,19 @@ def test_a_gguf_without_the_prefill_is_refused_by_name():
     base = bundled_gguf()  # the bundled GGUF: SmolLM2's own template, no prefill
     with pytest.raises(GGUFError, match=rf"{base.name}.*does not end the generation prompt with the prefill"):
         check_prefill(base, PREFILL)
+
+
+def test_quantize_names_a_missing_file_an_unknown_type_and_a_file_it_cannot_read(tmp_path):
+    with pytest.raises(GGUFError, match=r"missing\.gguf: no such GGUF file.*convert_merged"):
+        quantize(tmp_path / "missing.gguf", tmp_path / "out.gguf")
+    with pytest.raises(ValueError, match=r"qtype='q9_9'.*q4_k_m"):
+        quantize(bundled_gguf(), tmp_path / "out.gguf", "q9_9")
+    (tmp_path / "broken.gguf").write_bytes(b"GGUF" + bytes(60))   # a header and nothing else
+    with pytest.raises(GGUFError, match=r"could not quantise .*broken\.gguf to q8_0"):
+        quantize(tmp_path / "broken.gguf", tmp_path / "out.gguf", threads=1)
+    with pytest.raises(ValueError, match="quantize"):
+        convert_merged(tmp_path, tmp_path / "out.gguf", "q8_0")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["broken.gguf"]   # nothing half-written left
 
 
 def test_missing_or_half_written_merged_folders_are_named(files, tmp_path):

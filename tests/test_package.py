@@ -41,10 +41,11 @@ def test_helpers_stays_a_package_a_newcomer_reads_in_an_afternoon():
     # and the tool loop (07) brought it to about 5,500; issue 50's install check, private dashboard and Drive-quota
     # check to about 5,680, and issue 53's GGUF export and llama.cpp server to about 6,200; issue 52's pre-flight and
     # diversity signal and issue 54's judge reward to about 7,000: each a module of its own, none over 300 lines.
-    # Then 7,138: issue 54's reward logs (their own module, +86 with the lines they took out of the judge) and
+    # Then 7,165: issue 54's reward logs (their own module, +86 with the lines they took out of the judge) and
     # issue 55's run resolved once (the frozen object and signatures that take it, +52; the repeated lookups it
-    # removed were one-liners). The budget moves only with a whole capability, said here.
-    assert sum(lines.values()) <= 7150, f"helpers/ is {sum(lines.values())} lines (budget 7,150): {lines}"
+    # removed were one-liners), and issue 53's llama.cpp quantizer (+27: the 8-bit GGUF made from the 16-bit one
+    # in-process, where a second converter run took 8 s). The budget moves only with a whole capability, said here.
+    assert sum(lines.values()) <= 7170, f"helpers/ is {sum(lines.values())} lines (budget 7,170): {lines}"
     too_long = {name: n for name, n in lines.items() if n > 300}
     assert not too_long, f"modules over 300 lines: {too_long}"
 
