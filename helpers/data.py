@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from .models import load_tokenizer
-from .profiles import Profile, get_model_spec
+from .models import Resolved, load_tokenizer, resolve
+from .profiles import Profile
 from .prompts import build_prompt, encode, supports_system_role
 from .runs import atomic_folder, read_json, write_json
-from .tasks import Task, get_task
+from .tasks import Task
 from .tasks.check import TaskCheckError, check_reference_lengths
 
 CARD = "card.json"
@@ -206,14 +206,15 @@ def load_prepared(path: str | Path) -> Any:
     return splits
 
 
-def ensure_prepared(profile: Profile, run: str | Path, tokenizer: Any = None, rebuild: bool = False,
-                    verbose: bool = True, task: Task | None = None) -> Any:
+def ensure_prepared(profile: Profile | Resolved, run: str | Path, tokenizer: Any = None, rebuild: bool = False,
+                    verbose: bool = True) -> Any:
     """``RUN/dataset``, built from the profile's task when missing or built for other settings.
 
     The rows and their train/held-out split come from ``profile.split_seed``, not ``profile.seed``: runs of two seeds
-    train on the same rows (in another order) and are scored on the same held-out rows. ``task``: the instance that
-    builds it (a notebook's ``TASK``), else the one the profile names.
+    train on the same rows (in another order) and are scored on the same held-out rows. ``profile`` may be the run's
+    :class:`helpers.models.Resolved`: its task instance (a notebook's ``TASK``) builds the rows.
     """
+    given, profile = profile, profile.profile if isinstance(profile, Resolved) else profile
     path = Path(run) / "dataset"
     spec = {k: getattr(profile, k) for k in ("task", "task_level", "train_rows", "eval_rows", "max_prompt_tokens",
                                              "split_seed", "model")}
@@ -224,14 +225,15 @@ def ensure_prepared(profile: Profile, run: str | Path, tokenizer: Any = None, re
         if verbose:
             changed = sorted(k for k in spec if card.get("spec", {}).get(k) != spec[k])
             print(f"Rebuilding {path}: it was prepared with other settings ({', '.join(changed)}).")
-    task, tokenizer = get_task(profile.task) if task is None else task, tokenizer or load_tokenizer(profile)
+    r = resolve(given, probe=False)   # looked up only when the dataset is built
+    task, tokenizer = r.task, tokenizer or load_tokenizer(r)
     made = task.make_rows(profile.task_level, profile.train_rows + profile.eval_rows, profile.split_seed)
     rows, held = (made["train"], made["eval"]) if isinstance(made, dict) else (made, None)
     too_long = reference_fit(profile, task, rows, tokenizer)
     splits, card = prepare_dataset(rows, tokenizer, task, profile.train_rows,
                                    profile.eval_rows, profile.max_prompt_tokens, profile.split_seed, eval_source=held,
                                    source={"task": profile.task, "level": profile.task_level},
-                                   chat_template_kwargs=get_model_spec(profile.model).chat_template_kwargs)
+                                   chat_template_kwargs=r.spec.chat_template_kwargs)
     save_prepared(splits, path, dict(card, origin="ensure_prepared", spec=spec, references_too_long=too_long))
     if verbose:
         print(f"Prepared {profile.task} ({profile.task_level}) into {path}: {card['counts']['train']} train, "

@@ -224,7 +224,7 @@ def train_grpo(profile: Profile | Resolved, run: str | Path, model: Any = None, 
     checkpoint = last_checkpoint(run) if resume else None
     warm_up = (profile.warmup_examples > 0 if warmup is None else warmup) and checkpoint is None
     warm = run_warmup(model, tokenizer, r, run) if warm_up else None
-    dataset = ensure_prepared(profile, run, tokenizer=tokenizer, verbose=False, task=r.task)
+    dataset = ensure_prepared(r, run, tokenizer=tokenizer, verbose=False)
     train_rows, selection = dataset["train"], None
     if profile.select_prompts and checkpoint is None:  # a resumed run keeps its data order from the checkpoint
         train_rows, selection = select_for_profile(model, tokenizer, train_rows, r)
